@@ -1,0 +1,22 @@
+"""gguf-quant: GGUF checkpoints in transformers with every weight kept in its ggml blocks.
+
+`import gguf_quant` registers the plugin: from then on transformers routes
+`from_pretrained(..., gguf_file=...)` and `GgufQuantizeConfig` to `GGUFQuantizer`.
+"""
+from .config import GgufQuantizeConfig
+from .ggml import dequantize
+from .modules import GgufEmbedding, GgufExperts, GgufLinear
+from .quantizer import GGUFQuantizer
+from .registration import register
+
+__all__ = [
+    "GGUFQuantizer",
+    "GgufQuantizeConfig",
+    "GgufLinear",
+    "GgufEmbedding",
+    "GgufExperts",
+    "dequantize",
+    "register",
+]
+
+register()

@@ -1,0 +1,154 @@
+"""GGUF tensor names -> transformers parameter names, per architecture.
+
+Names come from gguf-py's published name table (`gguf.get_tensor_name_map`), which lists the
+transformers names llama.cpp's converter accepts for each GGUF name; we invert it for the
+model at hand. What the converter did to the values on the way in is undone by byte-safe
+operations (`conversions.py`), so quantized weights keep their blocks.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
+
+from ..gguf_io.reader import GgufFile
+from .conversions import NormPlusOne, RopeUnpermuteRows
+
+__all__ = ["ArchRules", "ARCH_RULES", "TensorPlan", "plan_tensors", "is_supported"]
+
+
+@dataclass(frozen=True)
+class ArchRules:
+    """What llama.cpp's converter did to an architecture's tensors beyond renaming them."""
+
+    # q/k rows reordered from HF's half-split rotary layout to ggml's interleaved one
+    rope_permuted: bool = False
+    # RMSNorm weights stored as `1 + w` (the HF Gemma norms multiply by `1 + w`)
+    norm_plus_one: bool = False
+
+
+ARCH_RULES: dict[str, ArchRules] = {
+    "llama": ArchRules(rope_permuted=True),
+    "mistral": ArchRules(),
+    "qwen2": ArchRules(),
+    "qwen3": ArchRules(),
+    "phi3": ArchRules(),
+    "starcoder2": ArchRules(),
+    "stablelm": ArchRules(),
+    "gemma2": ArchRules(norm_plus_one=True),
+    "gemma3": ArchRules(norm_plus_one=True),
+}
+
+_ARCH_BY_NAME = {name: arch for arch, name in MODEL_ARCH_NAMES.items()}
+
+
+def is_supported(gguf_arch: str) -> bool:
+    return gguf_arch in ARCH_RULES
+
+
+@dataclass
+class TensorPlan:
+    """How each GGUF tensor reaches the model."""
+
+    hf_names: dict[str, str]  # gguf name -> model parameter name
+    rope_rows: dict[str, RopeUnpermuteRows]  # model name -> the row permutation it needs
+    plus_one: set[str]  # model names of norms stored as 1 + w
+    unmatched: list[str]  # gguf names no model parameter claims
+
+    def conversion(self, hf_name: str):
+        """The conversion op a parameter needs, or None when renaming is all."""
+        if hf_name in self.rope_rows:
+            return self.rope_rows[hf_name]
+        if hf_name in self.plus_one:
+            return NormPlusOne()
+        return None
+
+
+def _layer_count(config) -> int:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(text.num_hidden_layers)
+
+
+def plan_tensors(model, gguf: GgufFile) -> TensorPlan:
+    """Match every tensor of the file to a parameter of `model` (on the meta device)."""
+    arch = gguf.architecture
+    rules = ARCH_RULES[arch]
+    name_map = get_tensor_name_map(_ARCH_BY_NAME[arch], _layer_count(model.config))
+    text = model.config.get_text_config()
+
+    hf_names: dict[str, str] = {}
+    for hf_name in model.state_dict():
+        base, _, suffix = hf_name.rpartition(".")
+        gguf_base = name_map.get_name(base)
+        if gguf_base is None:
+            continue
+        gguf_name = f"{gguf_base}.{suffix}"
+        if gguf_name in gguf.tensors and gguf_name not in hf_names:
+            hf_names[gguf_name] = hf_name
+
+    rope_rows: dict[str, RopeUnpermuteRows] = {}
+    plus_one: set[str] = set()
+    for gguf_name, hf_name in hf_names.items():
+        if rules.rope_permuted and re.search(r"\.attn_(q|k)\.(weight|bias)$", gguf_name):
+            heads = text.num_attention_heads if ".attn_q." in gguf_name else text.num_key_value_heads
+            rope_rows[hf_name] = RopeUnpermuteRows(heads)
+        if rules.norm_plus_one and re.search(r"norm\.weight$", gguf_name):
+            plus_one.add(hf_name)
+    unmatched = [name for name in gguf.tensors if name not in hf_names]
+    return TensorPlan(hf_names, rope_rows, plus_one, unmatched)
+
+
+_LAYER = re.compile(r"^blk\.(\d+)\.")
+
+
+def _generalise(gguf_name: str, hf_name: str) -> tuple[str, str]:
+    """A (source regex, target) pair that renames `gguf_name` to `hf_name` and the same tensor
+    of every other layer: the layer index becomes a capture group."""
+    m = _LAYER.match(gguf_name)
+    if m is not None and hf_name.count(f".{m[1]}.") == 1:
+        idx = m[1]
+        src = "^" + re.escape(gguf_name).replace(re.escape(f"blk.{idx}."), r"blk\.(\d+)\.", 1) + "$"
+        return src, hf_name.replace(f".{idx}.", r".\1.", 1)
+    return "^" + re.escape(gguf_name) + "$", hf_name
+
+
+def _hf_pattern(hf_name: str) -> str:
+    """A regex matching `hf_name` in any layer, with the layer index captured."""
+    m = re.search(r"\.(\d+)\.", hf_name)
+    if m is None:
+        return "^" + re.escape(hf_name) + "$"
+    return "^" + re.escape(hf_name[: m.start()]) + r"\.(\d+)\." + re.escape(hf_name[m.end() :]) + "$"
+
+
+def weight_transforms(plan: TensorPlan, unpack: dict[str, int], dtype) -> list:
+    """transformers `WeightRenaming` / `WeightConverter` entries loading the file into the model.
+
+    `unpack` names the model parameters (-> ggml type) to dequantize on the way in; every other
+    quantized tensor arrives as its raw blocks, only renamed or moved row-wise.
+    """
+    from transformers.core_model_loading import WeightConverter, WeightRenaming
+
+    from .conversions import NormPlusOne, Unpack
+
+    renames = dict(_generalise(g, h) for g, h in plan.hf_names.items())
+    transforms: list = [WeightRenaming(src, tgt) for src, tgt in renames.items()]
+
+    def ops_for(hf_name: str) -> list:
+        op = plan.conversion(hf_name)
+        if isinstance(op, NormPlusOne):
+            op = NormPlusOne(dtype)
+        return [op] if op is not None else []
+
+    # A key is claimed by the first converter that matches it: exact (unpacked) ones go first.
+    for hf_name, qtype in unpack.items():
+        ops = [Unpack(qtype, dtype), *ops_for(hf_name)]
+        transforms.append(WeightConverter("^" + re.escape(hf_name) + "$", hf_name, ops))
+    generic: dict[str, str] = {}
+    for hf_name in plan.rope_rows.keys() | plan.plus_one:
+        if hf_name not in unpack:
+            generic.setdefault(_hf_pattern(hf_name), hf_name)
+    for pattern, hf_name in generic.items():
+        target = re.sub(r"\.(\d+)\.", r".\\1.", hf_name, count=1)
+        transforms.append(WeightConverter(pattern, target, ops_for(hf_name)))
+    return transforms

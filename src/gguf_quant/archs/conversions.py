@@ -1,0 +1,65 @@
+"""Conversion ops that undo what llama.cpp's converter did to a tensor, for transformers'
+`WeightConverter`. Those marked `supports_packed` only move whole rows, so they are safe on
+ggml blocks (a row of blocks is a row of weights); the others need float values.
+
+Each op returns its tensor under the full parameter name it was asked for
+(`full_layer_name`), so one converter with a layer-index pattern serves every layer.
+"""
+from __future__ import annotations
+
+import torch
+from transformers.core_model_loading import ConversionOps
+
+from ..ggml import dequantize
+
+__all__ = ["RopeUnpermuteRows", "NormPlusOne", "Unpack"]
+
+
+def _single(input_dict: dict) -> torch.Tensor:
+    (tensors,) = input_dict.values()
+    return tensors[0] if isinstance(tensors, list) else tensors
+
+
+class RopeUnpermuteRows(ConversionOps):
+    """llama.cpp stores llama's q/k projections with each head's rows interleaved for its
+    rotary embedding: head rows `[h, 2, d/2]` were written as `[h, d/2, 2]`. This restores
+    transformers' half-split order. Rows move whole, so packed blocks are unaffected."""
+
+    supports_packed = True
+
+    def __init__(self, n_heads: int):
+        self.n_heads = n_heads
+
+    def convert(self, input_dict, source_patterns=None, target_patterns=None, full_layer_name=None, **kwargs):
+        t = _single(input_dict)
+        rows = t.shape[0]
+        half = rows // self.n_heads // 2
+        t = t.reshape(self.n_heads, half, 2, *t.shape[1:]).transpose(1, 2).reshape(rows, *t.shape[1:])
+        return {full_layer_name: t.contiguous()}
+
+
+class NormPlusOne(ConversionOps):
+    """Gemma's RMSNorm multiplies by `1 + w`; llama.cpp stores `1 + w`. Subtract in the file's
+    precision (float32), then cast, so the small `w` keeps its bits."""
+
+    supports_packed = False
+
+    def __init__(self, dtype: torch.dtype | None = None):
+        self.dtype = dtype
+
+    def convert(self, input_dict, source_patterns=None, target_patterns=None, full_layer_name=None, **kwargs):
+        t = _single(input_dict).to(torch.float32) - 1.0
+        return {full_layer_name: t.to(self.dtype) if self.dtype is not None else t}
+
+
+class Unpack(ConversionOps):
+    """Dequantize a tensor whose module cannot hold blocks; runs before any other op."""
+
+    supports_packed = False
+
+    def __init__(self, qtype: int, dtype: torch.dtype):
+        self.qtype = qtype
+        self.dtype = dtype
+
+    def convert(self, input_dict, source_patterns=None, target_patterns=None, full_layer_name=None, **kwargs):
+        return {full_layer_name: [dequantize(_single(input_dict), self.qtype, self.dtype)]}

@@ -1,0 +1,130 @@
+"""The packed-weight operations, one torch custom op each.
+
+Every op has a fake (meta) implementation so `torch.compile(fullgraph=True)` traces through it,
+and a real one that runs the CUDA kernel when one is loaded and supports the type, and the
+pure-torch path (`gguf_quant.ggml`) otherwise. Both give the same numbers within rounding.
+
+Shapes (ggml's row-major view: a row is `K` elements stored as `row_bytes` bytes of blocks):
+- dequantize(packed [R, row_bytes], qtype, dtype) -> [R, K]
+- get_rows(packed [R, row_bytes], ids [...], qtype, dtype) -> [..., K]
+- matmul(x [M, K], packed [N, row_bytes], qtype) -> [M, N] in x.dtype (x @ W.T)
+- moe_matmul(x [T, K] or [T, k, K], packed [E, N, row_bytes], ids [T, k], qtype) -> [T, k, N]
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import kernel_loader
+from .ggml import dequantize as _dequantize
+from .ggml.types import ggml_type
+
+__all__ = ["dequantize", "get_rows", "matmul", "moe_matmul"]
+
+# The torch path dequantizes at most this many weight elements at once, so a forward never
+# holds more than one chunk of a weight in float (64 MiB of fp32).
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def _cols(packed: Tensor, qtype: int) -> int:
+    return ggml_type(qtype).row_elements(packed.shape[-1])
+
+
+def _kernel(op: str, qtype: int, *tensors: Tensor):
+    """The loaded kernel's function for `op`, or None when the torch path must run."""
+    return kernel_loader.kernel_op(op, qtype, tensors[0].device)
+
+
+# --- dequantize -------------------------------------------------------------------------------
+
+@torch.library.custom_op("gguf_quant::dequantize", mutates_args=())
+def dequantize(packed: Tensor, qtype: int, dtype: torch.dtype) -> Tensor:
+    fn = _kernel("dequantize", qtype, packed)
+    if fn is not None:
+        return fn(packed, qtype, dtype)
+    return _dequantize(packed, qtype, dtype)
+
+
+@dequantize.register_fake
+def _(packed, qtype, dtype):
+    return packed.new_empty((packed.shape[0], _cols(packed, qtype)), dtype=dtype)
+
+
+# --- get_rows ---------------------------------------------------------------------------------
+
+@torch.library.custom_op("gguf_quant::get_rows", mutates_args=())
+def get_rows(packed: Tensor, ids: Tensor, qtype: int, dtype: torch.dtype) -> Tensor:
+    fn = _kernel("get_rows", qtype, packed)
+    if fn is not None:
+        return fn(packed, ids, qtype, dtype)
+    flat = ids.reshape(-1)
+    rows = _dequantize(packed.index_select(0, flat), qtype, dtype)
+    return rows.reshape(*ids.shape, rows.shape[-1])
+
+
+@get_rows.register_fake
+def _(packed, ids, qtype, dtype):
+    return packed.new_empty((*ids.shape, _cols(packed, qtype)), dtype=dtype)
+
+
+# --- matmul -----------------------------------------------------------------------------------
+
+def _torch_matmul(x: Tensor, packed: Tensor, qtype: int) -> Tensor:
+    """x @ W.T, dequantizing W a chunk of rows at a time in the activation's dtype.
+
+    torch's matmul accumulates bf16/fp16 products in fp32 on every backend we target.
+    """
+    n = packed.shape[0]
+    k = _cols(packed, qtype)
+    step = max(1, _CHUNK_ELEMENTS // max(k, 1))
+    if step >= n:
+        return x @ _dequantize(packed, qtype, x.dtype).T
+    out = x.new_empty((x.shape[0], n))
+    for start in range(0, n, step):
+        w = _dequantize(packed[start : start + step], qtype, x.dtype)
+        torch.matmul(x, w.T, out=out[:, start : start + step])
+    return out
+
+
+@torch.library.custom_op("gguf_quant::matmul", mutates_args=())
+def matmul(x: Tensor, packed: Tensor, qtype: int) -> Tensor:
+    fn = _kernel("matmul", qtype, packed)
+    if fn is not None:
+        return fn(x, packed, qtype)
+    return _torch_matmul(x, packed, qtype)
+
+
+@matmul.register_fake
+def _(x, packed, qtype):
+    return x.new_empty((x.shape[0], packed.shape[0]))
+
+
+# --- moe_matmul -------------------------------------------------------------------------------
+
+@torch.library.custom_op("gguf_quant::moe_matmul", mutates_args=())
+def moe_matmul(x: Tensor, packed: Tensor, ids: Tensor, qtype: int) -> Tensor:
+    fn = _kernel("moe_matmul", qtype, packed)
+    if fn is not None:
+        return fn(x, packed, ids, qtype)
+    t, top_k = ids.shape
+    n = packed.shape[1]
+    # Each (token, slot) pair reads its own input row: the token's hidden state for gate/up,
+    # the slot's intermediate state for down.
+    rows = x.unsqueeze(1).expand(t, top_k, x.shape[-1]) if x.dim() == 2 else x
+    rows = rows.reshape(t * top_k, -1)
+    flat_ids = ids.reshape(-1)
+    out = x.new_zeros((t * top_k, n))
+    # Unpack only the experts that were hit, each once.
+    order = torch.argsort(flat_ids, stable=True)
+    hit, counts = torch.unique_consecutive(flat_ids[order], return_counts=True)
+    start = 0
+    for expert, count in zip(hit.tolist(), counts.tolist()):
+        sel = order[start : start + count]
+        out[sel] = _torch_matmul(rows[sel], packed[expert], qtype)
+        start += count
+    return out.reshape(t, top_k, n)
+
+
+@moe_matmul.register_fake
+def _(x, packed, ids, qtype):
+    return x.new_empty((ids.shape[0], ids.shape[1], packed.shape[1]))

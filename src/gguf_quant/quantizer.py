@@ -1,0 +1,149 @@
+"""`GGUFQuantizer`: transformers' quantizer hooks for GGUF checkpoints kept in ggml blocks.
+
+Hook order on a GGUF load (transformers 5.23/5.24): `read_header` -> `update_dtype` ->
+`_process_model_before_weight_loading` (meta device: swap modules) -> `get_state_dict` ->
+`update_weight_conversions` -> `get_new_dtype` per tensor -> `_process_model_after_weight_loading`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+from transformers.quantizers.base import HfQuantizer
+
+from . import archs
+from .archs.conversions import RopeUnpermuteRows
+from .config import GgufQuantizeConfig
+from .gguf_io.reader import GgufFile, read_gguf
+from .packing import PackingReport, swap_modules
+
+__all__ = ["GGUFQuantizer"]
+
+logger = logging.getLogger("gguf_quant")
+
+
+class GGUFQuantizer(HfQuantizer):
+    """Loads GGUF checkpoints with every quantized weight left in its ggml blocks."""
+
+    requires_calibration = False
+
+    def __init__(self, quantization_config, **kwargs):
+        if not isinstance(quantization_config, GgufQuantizeConfig):
+            # transformers builds its own `GgufConfig` for `from_pretrained(..., gguf_file=...)`.
+            quantization_config = GgufQuantizeConfig(
+                gguf_file=getattr(quantization_config, "gguf_file", None),
+                dequantize=getattr(quantization_config, "dequantize", False),
+            )
+        super().__init__(quantization_config, **kwargs)
+        self.gguf: GgufFile | None = None
+        self.legacy = False  # an architecture we do not map: transformers' own unpacking path
+        self.dtype: torch.dtype | None = None
+        self.transforms: list = []
+        self.report = PackingReport()
+        self._started = time.perf_counter()
+
+    # --- reading the file ---------------------------------------------------------------------
+
+    def read_header(self, gguf_file: str) -> None:
+        self.gguf = read_gguf(gguf_file)
+        self.pre_quantized = True
+        if self.quantization_config.quant_type:
+            raise ValueError(
+                f"{gguf_file}: quant_type={self.quantization_config.quant_type!r} asks to quantize a float "
+                "checkpoint while it loads, but this is already a GGUF file; drop quant_type."
+            )
+        arch = self.gguf.architecture
+        if not archs.is_supported(arch):
+            self.legacy = True
+            logger.warning(
+                f"gguf_quant: architecture {arch!r} of {gguf_file} has no packed mapping yet; falling back to "
+                "transformers' loader, which unpacks every weight to float. Supported: "
+                + ", ".join(sorted(archs.ARCH_RULES))
+            )
+
+    def get_state_dict(self, checkpoint_file: str, model) -> dict:
+        if self.legacy:
+            from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+            return load_gguf_checkpoint(checkpoint_file, return_tensors=True, model_to_load=model, torch_dtype=self.dtype)[
+                "tensors"
+            ]
+        names = self._plan.hf_names
+        if self._plan.unmatched:
+            logger.info(f"gguf_quant: tensors with no model parameter, not loaded: {', '.join(self._plan.unmatched)}")
+        return {name: self.gguf.raw(name) for name in names}
+
+    # --- settling the model -------------------------------------------------------------------
+
+    def update_device_map(self, device_map):
+        places = device_map.values() if isinstance(device_map, dict) else [device_map]
+        if "disk" in {str(p) for p in places}:
+            raise ValueError("gguf_quant: offloading packed GGUF weights to disk is not supported; use cpu or a GPU")
+        return device_map
+
+    def update_dtype(self, dtype: torch.dtype | None) -> torch.dtype:
+        # Quantized weights stay packed whatever the dtype; it only sets activations and the
+        # few float tensors (norms, biases).
+        self.dtype = torch.float32 if dtype is None else dtype
+        return self.dtype
+
+    def _process_model_before_weight_loading(self, model, **kwargs) -> None:
+        if self.gguf is None or self.legacy:
+            return
+        self._plan = plan = archs.plan_tensors(model, self.gguf)
+        types = {hf: self.gguf.tensors[g].type.id for g, hf in plan.hf_names.items() if self.gguf.tensors[g].type.quantized}
+        not_byte_safe = {}
+        for hf in types:
+            op = plan.conversion(hf)
+            if op is not None and not getattr(op, "supports_packed", False):
+                not_byte_safe[hf] = type(op).__name__
+        cfg = self.quantization_config
+        if cfg.dequantize:
+            unpack, self.report = dict(types), PackingReport(unpacked={n: "dequantize=True" for n in types})
+        else:
+            unpack, self.report = swap_modules(model, types, self.dtype, not_byte_safe, cfg.skips)
+        self.report.source = str(self.gguf.path)
+        self.transforms = archs.weight_transforms(plan, unpack, self.dtype)
+
+    def update_weight_conversions(self, weight_conversions, model):
+        # The model's own conversions describe safetensors checkpoints and match nothing here.
+        if self.gguf is None or self.legacy:
+            return weight_conversions
+        return self.transforms
+
+    def get_new_dtype(self, converter, param, dtype):
+        """Cast float tensors to the model dtype as they load; leave blocks (and tensors whose
+        conversion casts them itself, after working in the file's precision) alone."""
+        if self.legacy:
+            return dtype
+        ops = getattr(converter, "operations", ())
+        if not param.is_floating_point() or any(not isinstance(op, RopeUnpermuteRows) for op in ops):
+            return None
+        return dtype
+
+    def _process_model_after_weight_loading(self, model, **kwargs):
+        # The GGUF renamings must not be replayed in reverse when the model is saved.
+        model._weight_conversions = None
+        model.gguf_report = self.report
+        if self.gguf is not None and not self.legacy:
+            logger.info(f"{self.report}\ngguf_quant: loaded in {time.perf_counter() - self._started:.1f} s")
+            if self.report.unpacked:
+                logger.warning(str(self.report))
+        return model
+
+    # --- capabilities -------------------------------------------------------------------------
+
+    def param_needs_quantization(self, model, param_name: str, **kwargs) -> bool:
+        return False
+
+    @property
+    def is_trainable(self) -> bool:
+        return False
+
+    @property
+    def is_compileable(self) -> bool:
+        return True
+
+    def is_serializable(self, safe_serialization=None) -> bool:
+        return False
