@@ -2,12 +2,15 @@
 
 transformers' `register_quantizer("gguf")` refuses to replace its own entry, so the plugin sets
 the two routing tables directly; `from_pretrained(..., gguf_file=...)` and saved checkpoints
-whose `quantization_config` says `quant_method: gguf` then both reach `GGUFQuantizer`.
+whose `quantization_config` says `quant_method: gguf` then both reach `GGUFQuantizer`. The
+config builders go into transformers' table of fast GGUF config readers.
 """
 from __future__ import annotations
 
+from transformers.integrations.gguf import gguf_config_mapping
 from transformers.quantizers import auto
 
+from .archs.configs import CONFIG_BUILDERS
 from .config import GgufQuantizeConfig
 from .quantizer import GGUFQuantizer
 
@@ -18,3 +21,5 @@ def register() -> None:
     """Route transformers' "gguf" quantization method to `GGUFQuantizer` (idempotent)."""
     auto.AUTO_QUANTIZER_MAPPING[_METHOD] = GGUFQuantizer
     auto.AUTO_QUANTIZATION_CONFIG_MAPPING[_METHOD] = GgufQuantizeConfig
+    for arch, build in CONFIG_BUILDERS.items():
+        gguf_config_mapping.GGUF_CONFIG_ARCHS.setdefault(arch, build)
