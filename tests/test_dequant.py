@@ -24,7 +24,7 @@ QUANTIZED_TYPES = sorted(DEQUANTIZABLE_TYPES - set(PLAIN_TYPES))
 # are valid blocks except that these may decode to NaN / inf; the tests make them finite so
 # that comparisons see real values.
 F16_FIELDS: dict[str, tuple[int, ...]] = {
-    "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q8_1": (0, 2), "Q1_0": (0,),
+    "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q1_0": (0,),
     "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,),
     "TQ1_0": (52,), "TQ2_0": (64,),
     "IQ2_XXS": (0,), "IQ2_XS": (0,), "IQ2_S": (0,), "IQ3_XXS": (0,), "IQ3_S": (0,),
@@ -34,6 +34,16 @@ F16_FIELDS: dict[str, tuple[int, ...]] = {
     "Q8_K": (),  # a float32 scale: see F32_FIELDS
 }
 F32_FIELDS: dict[str, tuple[int, ...]] = {"Q8_K": (0,)}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # These tensors are small: intra-op threads add only overhead, and a lot of it when the
+    # cores are shared with other work.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def _gguf_dequantizes(name: str) -> bool:
@@ -92,7 +102,11 @@ def random_rows(name: str, rows: int, n_blocks: int, seed: int = 0) -> np.ndarra
 
 
 def reference(rows: np.ndarray, name: str) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(gguf.quants.dequantize(rows, GGMLQuantizationType[name])))
+    """gguf-py's dequantization of `rows` (uint8 `[..., row_bytes]`)."""
+    values = gguf.quants.dequantize(rows, GGMLQuantizationType[name])
+    if not (values.flags.writeable and values.flags.c_contiguous):  # F32 comes back as a view of rows
+        values = np.array(values)
+    return torch.from_numpy(values)
 
 
 def assert_same(actual: torch.Tensor, expected: torch.Tensor) -> None:
@@ -104,10 +118,12 @@ def assert_same(actual: torch.Tensor, expected: torch.Tensor) -> None:
 
 def test_every_gguf_block_type_is_covered():
     gguf_types = {t.name for t in GGMLQuantizationType if t in GGML_QUANT_SIZES}
-    non_float = {"F64", "I8", "I16", "I32", "I64"}
-    assert gguf_types - non_float <= DEQUANTIZABLE_TYPES
+    # Not covered: integer / float64 tensors, and Q8_1, an activation-only type whose size in
+    # gguf-py (40 bytes: float d, s) disagrees with today's block_q8_1 (36 bytes: ggml_half2 ds).
+    not_covered = {"F64", "I8", "I16", "I32", "I64", "Q8_1"}
+    assert gguf_types - not_covered <= DEQUANTIZABLE_TYPES
     # Types gguf-py 0.19 cannot dequantize itself are checked against their definitions and ggml's C.
-    assert set(QUANTIZED_TYPES) - set(REFERENCE_TYPES) <= {"Q1_0", "Q8_1", "Q8_K"}
+    assert set(QUANTIZED_TYPES) - set(REFERENCE_TYPES) <= {"Q1_0", "Q8_K"}
 
 
 @pytest.mark.parametrize("n_blocks", [1, 2, 3])
@@ -134,14 +150,8 @@ def test_q1_0_matches_its_definition():
     assert_same(dequantize(torch.from_numpy(packed), "Q1_0"), torch.from_numpy(expected))
 
 
-def test_q8_1_and_q8_k_match_their_definitions():
-    # block_q8_1: ggml_half d, s; int8_t qs[32] -> d * qs (ggml has no dequantize_row_q8_1;
-    # s is d * sum(qs), a by-product for dot products). block_q8_K: float d; int8_t qs[256];
-    # int16_t bsums[16] -> d * qs (ggml's dequantize_row_q8_K).
-    packed = random_rows("Q8_1", 16, 3).reshape(-1, 36)
-    d = packed[:, :2].copy().view(np.float16).astype(np.float32)
-    expected = (packed[:, 4:].view(np.int8).astype(np.float32) * d).reshape(16, 96)
-    assert_same(dequantize(torch.from_numpy(packed.reshape(16, -1)), "Q8_1"), torch.from_numpy(expected))
+def test_q8_k_matches_its_definition():
+    # block_q8_K: float d; int8_t qs[256]; int16_t bsums[16] -> d * qs (ggml's dequantize_row_q8_K).
     packed = random_rows("Q8_K", 16, 2).reshape(-1, 292)
     d = packed[:, :4].copy().view(np.float32)
     expected = (d * packed[:, 4:260].view(np.int8).astype(np.float32)).reshape(16, 512)
@@ -235,7 +245,7 @@ def test_bad_input_raises_value_error(packed, quant_type, dtype, message):
 
 
 def test_error_names_the_sizes():
-    with pytest.raises(ValueError, match=r"Q6_K: row of 300 bytes .* 210 bytes"):
+    with pytest.raises(ValueError, match=r"Q6_K: row of 300 bytes .*\(210 bytes per 256 elements\)"):
         dequantize(torch.zeros(1, 300, dtype=torch.uint8), "Q6_K")
 
 

@@ -214,12 +214,6 @@ def _q8_0(blocks: Tensor) -> Tensor:
     return qs.view(torch.int8).float() * _f16(d)
 
 
-def _q8_1(blocks: Tensor) -> Tensor:
-    # block_q8_1: ggml_half d, s (s = d * sum(qs), unused here); int8_t qs[32]
-    d, _, qs = blocks.split([2, 2, 32], dim=-1)
-    return qs.view(torch.int8).float() * _f16(d)
-
-
 def _q8_k(blocks: Tensor) -> Tensor:
     # block_q8_K: float d; int8_t qs[256]; int16_t bsums[16] (sums of 16 qs, unused here)
     d, qs, _ = blocks.split([4, QK_K, QK_K // 8], dim=-1)
@@ -492,7 +486,6 @@ _DEQUANTIZERS: dict[str, Callable[[Tensor], Tensor]] = {
     "Q5_0": _q5_0,
     "Q5_1": _q5_1,
     "Q8_0": _q8_0,
-    "Q8_1": _q8_1,
     "Q8_K": _q8_k,
     "Q1_0": _q1_0,
     "Q2_K": _q2_k,

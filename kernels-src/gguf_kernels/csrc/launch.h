@@ -1,0 +1,56 @@
+// Plain C++ interface between the torch binding and the CUDA kernels (no torch headers here,
+// so the .cu files compile quickly and without torch).
+#pragma once
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace gq {
+
+enum class DType : int { BF16 = 0, F16 = 1, F32 = 2 };
+
+// Modes of the small-M kernel.
+enum GemvMode : int {
+  GEMV_DENSE = 0,   // rows of x are 0..M-1, one weight matrix
+  GEMV_PAIRS = 1,   // one (token, slot) pair per grid.x, expert read from ids (MT = 1)
+  GEMV_CHUNKS = 2,  // up to MT pairs of one expert per grid.x, from moe_route's table
+};
+
+struct GemvArgs {
+  const uint8_t* w;       // packed weights, [E,] N rows of row_bytes
+  int64_t row_bytes;
+  int64_t expert_bytes;   // N * row_bytes (MoE)
+  int N, K;
+  const void* x;          // activations, row r at x + r * x_stride elements
+  int64_t x_stride;
+  int x_div;              // MoE: x row = pair / x_div (top_k for [T, K] inputs, 1 for [T, k, K])
+  void* out;              // output row r at out + r * out_stride elements
+  int64_t out_stride;
+  int M;                  // dense: rows of x
+  const void* ids;        // MoE pairs mode: [P] expert ids (int32 or int64)
+  int ids64;
+  int n_experts;
+  const int* sorted;      // chunks mode: pair indices grouped by expert
+  const int4* chunks;     // chunks mode: {expert or -1, start in sorted, count, 0}
+  int mode;
+};
+
+constexpr int GEMV_ROWS_PER_CTA = 16;  // 8 warps x 2 rows
+constexpr int GEMV_MT = 8;             // activation rows per CTA in the multi-row variant
+
+// Small-M matmul: out[m, n] = sum_k x[m, k] * W[n, k]. `mt` is 1 or GEMV_MT; grid_x is the
+// number of row groups (dense: ceil(M / mt); pairs: P; chunks: table size).
+template <int T>
+cudaError_t launch_gemv(const GemvArgs& a, DType xt, int mt, int64_t grid_x, cudaStream_t stream);
+
+// out[r, :] = dequant(W[src(r), :]) with src(r) = ids ? ids[r] : r; ids outside
+// [0, rows_src) give a row of zeros.
+template <int T>
+cudaError_t launch_dequant(const uint8_t* w, int64_t row_bytes, int64_t rows_out, int64_t rows_src, int K,
+                           const void* ids, int ids64, void* out, DType ot, cudaStream_t stream);
+
+// Groups P (token, slot) pairs by expert on the device (counting sort in one CTA) and writes
+// the chunk table for GEMV_CHUNKS. max_chunks >= ceil(P / mt) + E + 1.
+cudaError_t launch_moe_route(const void* ids, int ids64, int P, int E, int mt, int* sorted, int4* chunks,
+                             int max_chunks, cudaStream_t stream);
+
+}  // namespace gq

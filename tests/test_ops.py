@@ -1,0 +1,83 @@
+"""The packed ops on the pure-torch path: against plain dense math on gguf-py's dequantization."""
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize as np_dequantize
+from gguf.quants import quantize as np_quantize
+
+from gguf_quant import ops
+from gguf_quant.ggml.types import ggml_type
+
+TYPES = ["Q8_0", "Q4_0", "Q5_1"]
+
+
+def _packed(rows, cols, name):
+    w = torch.randn(rows, cols).numpy()
+    q = np_quantize(w, GGMLQuantizationType[name])
+    dense = torch.from_numpy(np_dequantize(q, GGMLQuantizationType[name]).copy())
+    return torch.from_numpy(q.copy()), dense, ggml_type(name).id
+
+
+@pytest.mark.parametrize("name", TYPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matmul_equals_dense(name, dtype):
+    packed, dense, qt = _packed(48, 96, name)
+    x = torch.randn(5, 96).to(dtype)
+    out = ops.matmul(x, packed, qt)
+    assert out.dtype == dtype and out.shape == (5, 48)
+    ref = x.double() @ dense.double().T
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    assert (out.double() - ref).norm() / ref.norm() < tol
+
+
+def test_matmul_chunks_rows(monkeypatch):
+    # Force several chunks: the result must not depend on the chunking.
+    packed, dense, qt = _packed(40, 64, "Q8_0")
+    x = torch.randn(3, 64)
+    whole = ops.matmul(x, packed, qt)
+    monkeypatch.setattr(ops, "_CHUNK_ELEMENTS", 64 * 7)
+    torch.testing.assert_close(ops._torch_matmul(x, packed, qt), whole, rtol=1e-6, atol=1e-6)
+
+
+def test_get_rows_and_dequantize(name="Q4_0"):
+    packed, dense, qt = _packed(16, 64, name)
+    ids = torch.tensor([[3, 0], [15, 3]])
+    rows = ops.get_rows(packed, ids, qt, torch.float32)
+    assert rows.shape == (2, 2, 64)
+    assert torch.equal(rows, dense[ids])
+    assert torch.equal(ops.dequantize(packed, qt, torch.float32), dense)
+
+
+@pytest.mark.parametrize("per_slot_input", [False, True])
+def test_moe_matmul_equals_per_expert_loop(per_slot_input):
+    experts, n, k, t, top_k = 6, 24, 64, 7, 2
+    parts = [_packed(n, k, "Q8_0") for _ in range(experts)]
+    packed = torch.stack([p for p, _, _ in parts])
+    dense = torch.stack([d for _, d, _ in parts])
+    qt = parts[0][2]
+    ids = torch.randint(0, experts, (t, top_k))
+    x = torch.randn(t, top_k, k) if per_slot_input else torch.randn(t, k)
+    out = ops.moe_matmul(x, packed, ids, qt)
+    assert out.shape == (t, top_k, n)
+    for i in range(t):
+        for j in range(top_k):
+            row = x[i, j] if per_slot_input else x[i]
+            torch.testing.assert_close(out[i, j], dense[ids[i, j]] @ row, rtol=1e-5, atol=1e-5)
+
+
+def test_ops_pass_opcheck():
+    packed, _, qt = _packed(16, 64, "Q8_0")
+    ids = torch.tensor([1, 5])
+    torch.library.opcheck(ops.matmul, (torch.randn(3, 64), packed, qt))
+    torch.library.opcheck(ops.dequantize, (packed, qt, torch.float32))
+    torch.library.opcheck(ops.get_rows, (packed, ids, qt, torch.float32))
+    experts = torch.stack([packed, packed])
+    torch.library.opcheck(ops.moe_matmul, (torch.randn(2, 64), experts, torch.tensor([[0, 1], [1, 1]]), qt))
+
+
+def test_compiles_fullgraph():
+    packed, dense, qt = _packed(32, 64, "Q8_0")
+    fn = torch.compile(lambda x: ops.matmul(x, packed, qt).relu(), fullgraph=True, backend="eager")
+    x = torch.randn(4, 64)
+    torch.testing.assert_close(fn(x), (x @ dense.T).relu(), rtol=1e-5, atol=1e-5)
