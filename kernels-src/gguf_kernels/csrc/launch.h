@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 
+#include "qtypes.h"
+
 namespace gq {
 
 enum class DType : int { BF16 = 0, F16 = 1, F32 = 2 };

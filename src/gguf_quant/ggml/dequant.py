@@ -20,6 +20,8 @@ import functools
 from typing import Callable
 
 import torch
+from gguf import quants as gguf_quants
+from gguf.constants import GGMLQuantizationType
 from torch import Tensor
 
 from .types import GgmlType, ggml_type
@@ -94,9 +96,7 @@ def _nibbles(qs: Tensor) -> Tensor:
 
 def _gguf_grid(class_name: str) -> Tensor:
     """An i-quant grid as gguf-py decodes it from its packed form: `[n_points, point_size]`."""
-    from gguf import quants
-
-    cls = getattr(quants, class_name)
+    cls = getattr(gguf_quants, class_name)
     cls.init_grid()
     return torch.tensor(cls.grid.reshape(cls.grid_shape), dtype=torch.float32)
 
@@ -109,13 +109,7 @@ def _byte_signs() -> Tensor:
 
 def _ksigns() -> Tensor:
     """`[128, 8]`: ggml's ksigns_iq2xs as signs; 7 stored bits plus an implied even-parity bit."""
-    from gguf import quants
-
-    return _byte_signs()[torch.tensor(list(quants.IQ2_XXS.ksigns), dtype=torch.long)]
-
-
-def _int_values(values) -> Tensor:
-    return torch.tensor(values, dtype=torch.float32)
+    return _byte_signs()[torch.tensor(list(gguf_quants.IQ2_XXS.ksigns), dtype=torch.long)]
 
 
 def _e8m0_half() -> Tensor:
@@ -137,9 +131,8 @@ def _ue4m3_half() -> Tensor:
 
 
 def _kvalues(class_name: str) -> Tensor:
-    from gguf import quants
-
-    return _int_values(getattr(quants, class_name).kvalues)
+    """A non-linear 4-bit value table (integers) that gguf-py publishes as `kvalues`."""
+    return torch.tensor(getattr(gguf_quants, class_name).kvalues, dtype=torch.float32)
 
 
 _TABLE_BUILDERS: dict[str, Callable[[], Tensor]] = {
@@ -513,7 +506,7 @@ DEQUANTIZABLE_TYPES: frozenset[str] = frozenset(_PLAIN_DTYPES) | frozenset(_DEQU
 
 
 def dequantize(
-    packed: Tensor, quant_type: str | int | GgmlType | object, dtype: torch.dtype = torch.float32
+    packed: Tensor, quant_type: str | int | GGMLQuantizationType | GgmlType, dtype: torch.dtype = torch.float32
 ) -> Tensor:
     """Dequantize ggml rows.
 

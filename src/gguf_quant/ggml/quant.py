@@ -63,13 +63,23 @@ def _div(a, b):
     return torch.div(a, b)
 
 
-def _nearest_int(x: torch.Tensor) -> torch.Tensor:
-    """llama.cpp's `nearest_int`: add 1.5 * 2**23 in float32 and read the low mantissa bits.
+def _nearest_f(x: torch.Tensor) -> torch.Tensor:
+    """llama.cpp's `nearest_int` (add 1.5 * 2**23 in float32, read the low mantissa bits), as float32.
 
-    Round half to even for |x| < 2**22; reproduces the same bits beyond that (where C asserts only in
-    debug builds). Returns int32."""
+    Round half to even for |x| < 2**22, where it equals (x + 1.5*2**23) - 1.5*2**23 (the quick path on
+    CPU); past that (and for NaN) the C function returns mantissa garbage (it asserts only in debug
+    builds), reproduced from the bits."""
+    if x.device.type == "cpu" and x.numel():
+        lo, hi = torch.aminmax(x)  # NaN fails both tests
+        if bool(lo >= -4194303.0) and bool(hi <= 4194303.0):
+            return (x + 12582912.0) - 12582912.0
     bits = (x + 12582912.0).view(torch.int32)
-    return (bits & 0x007FFFFF) - 0x00400000
+    return ((bits & 0x007FFFFF) - 0x00400000).to(torch.float32)
+
+
+def _nearest_int(x: torch.Tensor) -> torch.Tensor:
+    """llama.cpp's `nearest_int` as int32."""
+    return _nearest_f(x).to(torch.int32)
 
 
 def _c_int(x: torch.Tensor) -> torch.Tensor:
@@ -98,9 +108,9 @@ def _sqrtf(x: torch.Tensor) -> torch.Tensor:
 
 def _seqsum(t: torch.Tensor) -> torch.Tensor:
     """`float s = 0; for (i...) s += t[i];` over dim 0 of an element-major `[n, blocks]` tensor."""
-    s = t[0] + 0.0
+    s = t[0] + 0.0  # 0 + t[0]: turns -0 into +0 as C does
     for i in range(1, t.shape[0]):
-        s = s + t[i]
+        s.add_(t[i])
     return s
 
 
@@ -161,16 +171,31 @@ def _pack_2bit_k(L: torch.Tensor) -> torch.Tensor:
     return (L[:, :, 0] | (L[:, :, 1] << 2) | (L[:, :, 2] << 4) | (L[:, :, 3] << 6)).reshape(-1, 64).to(torch.uint8)
 
 
-def _best_index_int8(values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """ggml's `best_index_int8`: index of the grid value (sorted `values`, float32) nearest to x,
-    with its binary search's tie-breaking (towards the upper neighbour)."""
-    n = values.shape[0]
-    mu = torch.bucketize(x, values, right=True).clamp(1, n - 1)  # number of grid values <= x
-    lo, hi = values[mu - 1], values[mu]
-    idx = torch.where((x - lo) < (hi - x), mu - 1, mu)
-    idx = torch.where(x <= values[0], torch.zeros_like(idx), idx)
-    idx = torch.where((x >= values[-1]) | torch.isnan(x), torch.full_like(idx, n - 1), idx)
-    return idx
+class _IntGrid:
+    """ggml's `best_index_int8(n, values, x)` for a sorted grid of integers, as a table lookup.
+
+    C binary-searches the neighbours lo <= x < hi and takes lo when `x - lo < hi - x`, else hi; x at or
+    beyond an end gives that end, NaN gives the last index. The midpoints (lo + hi)/2 are multiples of
+    1/2 and near them both float32 differences are exact, so the choice is exactly `x >= midpoint`,
+    which floor(2x) decides: one table index per element (`index`) and its grid value (`value`)."""
+
+    def __init__(self, values: tuple[int, ...], device: torch.device):
+        self.lo, self.hi = 2 * values[0] - 1, 2 * values[-1]
+        mids2 = [a + b for a, b in zip(values, values[1:])]  # 2 * midpoints
+        idx = [sum(k >= m for m in mids2) for k in range(self.lo, self.hi + 1)]
+        self.index_table = torch.tensor(idx, dtype=torch.int64, device=device)
+        self.value_table = torch.tensor([float(values[i]) for i in idx], dtype=torch.float32, device=device)
+        self.values = torch.tensor(values, dtype=torch.float32, device=device)
+
+    def _key(self, x: torch.Tensor) -> torch.Tensor:
+        k = torch.nan_to_num(x * 2.0, nan=float(self.hi)).floor().clamp(self.lo, self.hi) - self.lo
+        return k.to(torch.int32).reshape(-1)
+
+    def index(self, x: torch.Tensor) -> torch.Tensor:
+        return self.index_table.index_select(0, self._key(x)).reshape(x.shape)
+
+    def value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.value_table.index_select(0, self._key(x)).reshape(x.shape)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -195,22 +220,21 @@ def _make_qkx2_quants(x, w, nmax: int, rmin: float, rdelta: float, nstep: int, u
     flat = mx == mn
 
     def error(scale, L, mn):
-        diff = scale * L.to(torch.float32) + mn - x
+        diff = scale * L + mn - x
         diff = diff.abs() if use_mad else diff * diff
         return _seqsum(w * diff)
 
     iscale = _div(nmax, mx - mn)
     scale = _div(1.0, iscale)
-    L = _nearest_int(iscale * (x - mn)).clamp(0, nmax)
+    L = _nearest_f(iscale * (x - mn)).clamp(0, nmax)  # codes kept as float32 integers
     best_error = error(scale, L, mn)
     for step in range(nstep + 1):
         c = np.float32(rmin) + np.float32(rdelta) * np.float32(step) + np.float32(nmax)
         iscale = _div(float(c), mx - mn)  # C moves `min` along with the best fit so far
-        Laux = _nearest_int(iscale * (x - mn)).clamp(0, nmax)
-        lf = Laux.to(torch.float32)
-        wl = w * lf
+        Laux = _nearest_f(iscale * (x - mn)).clamp(0, nmax)
+        wl = w * Laux
         sum_l = _seqsum(wl)
-        sum_l2 = _seqsum(wl * lf)
+        sum_l2 = _seqsum(wl * Laux)
         sum_xl = _seqsum(wl * x)
         D = sum_w * sum_l2 - sum_l * sum_l
         this_scale = _div(sum_w * sum_xl - sum_x * sum_l, D)
@@ -224,7 +248,7 @@ def _make_qkx2_quants(x, w, nmax: int, rmin: float, rdelta: float, nstep: int, u
         best_error = torch.where(better, cur_error, best_error)
         scale = torch.where(better, this_scale, scale)
         mn = torch.where(better, this_min, mn)
-    L = torch.where(flat, torch.zeros_like(L), L)
+    L = torch.where(flat, torch.zeros_like(L), L).to(torch.int32)
     scale = torch.where(flat, torch.zeros_like(scale), scale)
     return L, scale, -mn
 
@@ -241,9 +265,8 @@ def _make_qx_quants(x, nmax: int):
     wx = w * x
 
     def attempt(iscale):
-        l = _nearest_int(iscale * x).clamp(-nmax, nmax - 1)
-        lf = l.to(torch.float32)
-        return l, _seqsum(wx * lf), _seqsum(w * lf * lf)
+        l = _nearest_f(iscale * x).clamp(-nmax, nmax - 1)
+        return l, _seqsum(wx * l), _seqsum(w * l * l)
 
     l, sumlx, suml2 = attempt(_div(-nmax, mx))
     L = l + nmax
@@ -258,7 +281,7 @@ def _make_qx_quants(x, nmax: int):
         L = torch.where(better, l + nmax, L)
         scale = torch.where(better, _div(sumlx, suml2), scale)
         best = torch.where(better, scale * sumlx, best)
-    L = torch.where(zero, torch.zeros_like(L), L)
+    L = torch.where(zero, torch.zeros_like(L), L).to(torch.int32)
     scale = torch.where(zero, torch.zeros_like(scale), scale)
     return L, scale
 
@@ -273,21 +296,19 @@ def _make_q3_quants(x, nmax: int):
     zero = amax < GROUP_MAX_EPS
     w = x * x
     wx = w * x
-    L = _nearest_int(_div(-nmax, mx) * x).clamp(-nmax, nmax - 1)
-    lf = L.to(torch.float32)
-    sumlx = _seqsum(wx * lf)
-    suml2 = _seqsum(w * lf * lf)
+    L = _nearest_f(_div(-nmax, mx) * x).clamp(-nmax, nmax - 1)
+    sumlx = _seqsum(wx * L)
+    suml2 = _seqsum(w * L * L)
     L = list(L.unbind(0))
     for _ in range(5):
         changed = torch.zeros_like(zero)
         for i in range(x.shape[0]):
-            li = L[i].to(torch.float32)
+            li = L[i]
             slx = sumlx - wx[i] * li
             sl2 = suml2 - w[i] * li * li
-            new_l = _nearest_int(_div(x[i] * sl2, slx)).clamp(-nmax, nmax - 1)
-            nl = new_l.to(torch.float32)
-            slx = slx + wx[i] * nl
-            sl2 = sl2 + w[i] * nl * nl
+            new_l = _nearest_f(_div(x[i] * sl2, slx)).clamp(-nmax, nmax - 1)
+            slx = slx + wx[i] * new_l
+            sl2 = sl2 + w[i] * new_l * new_l
             take = (sumlx - wx[i] * li > 0) & (new_l != L[i]) & (sl2 > 0) & (slx * slx * suml2 > sumlx * sumlx * sl2)
             L[i] = torch.where(take, new_l, L[i])
             sumlx = torch.where(take, slx, sumlx)
@@ -298,12 +319,12 @@ def _make_q3_quants(x, nmax: int):
             break
     L = torch.stack(L) + nmax
     scale = torch.where(suml2 > 0, _div(sumlx, suml2), torch.zeros_like(sumlx))
-    L = torch.where(zero, torch.zeros_like(L), L)
+    L = torch.where(zero, torch.zeros_like(L), L).to(torch.int32)
     scale = torch.where(zero, torch.zeros_like(scale), scale)
     return L, scale
 
 
-def _iq4_scales(x, values: torch.Tensor, ntry: int = 7):
+def _iq4_scales(x, grid: _IntGrid, ntry: int = 7):
     """Per-32-group scale search of IQ4_NL / IQ4_XS (quantize_row_iq4_nl_impl, no imatrix: weights x*x).
 
     Starts from d = max/127 (the sign making the largest element land on -127), then tries
@@ -313,17 +334,19 @@ def _iq4_scales(x, values: torch.Tensor, ntry: int = 7):
     zero = amax < GROUP_MAX_EPS
     w = x * x
 
+    v0 = int(grid.values[0].item())
+
     def attempt(id_):
-        q = values[_best_index_int8(values, id_ * x)]
+        q = grid.value(id_ * x)
         wq = w * q
         return _seqsum(wq * x), _seqsum(wq * q)
 
-    d = _div(-mx, values[0].item())
+    d = _div(-mx, v0)
     sumqx, sumq2 = attempt(_div(1.0, d))
     d = torch.where(sumq2 > 0, _div(sumqx, sumq2), torch.zeros_like(sumqx))
     best = d * sumqx
     for itry in range(-ntry, ntry + 1):
-        sumqx, sumq2 = attempt(_div(float(itry + int(values[0].item())), mx))
+        sumqx, sumq2 = attempt(_div(itry + v0, mx))
         better = (sumq2 > 0) & (sumqx * sumqx > best * sumq2)
         d = torch.where(better, _div(sumqx, sumq2), d)
         best = torch.where(better, d * sumqx, best)
@@ -423,11 +446,10 @@ def _quantize_mxfp4(x: torch.Tensor) -> torch.Tensor:
 def _quantize_iq4_nl(x: torch.Tensor) -> torch.Tensor:
     """block_iq4_nl (18 bytes): fp16 d, qs[16] (j low nibble, j+16 high); x = d * kvalues_iq4nl[q].
     As ggml_quantize_chunk does it (quantize_iq4_nl, ntry = 7); the codes use the unrounded d."""
-    values = torch.tensor(_KVALUES_IQ4NL, dtype=torch.float32, device=x.device)
-    xt = x.T.contiguous()
-    d = _iq4_scales(xt, values)
+    grid = _IntGrid(_KVALUES_IQ4NL, x.device)
+    d = _iq4_scales(x.T.contiguous(), grid)
     id_ = torch.where(d != 0, _div(1.0, d), torch.zeros_like(d))
-    q = _best_index_int8(values, x * id_[:, None])
+    q = grid.index(x * id_[:, None])
     return torch.cat([_fp16_bytes(d), _pack_nibbles(q)], dim=1)
 
 
@@ -575,15 +597,15 @@ def _quantize_iq4_xs(x: torch.Tensor) -> torch.Tensor:
     x = d*(s_j - 32) * kvalues_iq4nl[q], s_j 6 bits (low nibbles in scales_l, j even low / odd high;
     high 2 bits at bits 2j of scales_h); qs as IQ4_NL per group. The codes use the unrounded d."""
     nb = x.shape[0]
-    values = torch.tensor(_KVALUES_IQ4NL, dtype=torch.float32, device=x.device)
-    scales = _iq4_scales(_subblocks(x, 32), values).reshape(nb, 8)
+    grid = _IntGrid(_KVALUES_IQ4NL, x.device)
+    scales = _iq4_scales(_subblocks(x, 32), grid).reshape(nb, 8)
     _, max_scale = _first_absmax(scales, dim=1)
     d = _div(-max_scale, 32.0)
     id_ = torch.where(d != 0, _div(1.0, d), torch.zeros_like(d))
     l = _nearest_int(id_[:, None] * scales).clamp(-32, 31)
     dl = d[:, None] * l.to(torch.float32)
     idl = torch.where(dl != 0, _div(1.0, dl), torch.zeros_like(dl))
-    q = _best_index_int8(values, x.reshape(nb, 8, 32) * idl[..., None])
+    q = grid.index(x.reshape(nb, 8, 32) * idl[..., None])
     l = l + 32
     scales_l = ((l[:, 0::2] & 0xF) | ((l[:, 1::2] & 0xF) << 4)).to(torch.uint8)
     scales_h = sum((l[:, j] >> 4) << (2 * j) for j in range(8))

@@ -1,0 +1,6 @@
+// Q3_K: dequantize + small-M matmul instantiations (decoder in ggml_blocks.cuh).
+#include "kernels.cuh"
+
+namespace gq {
+GQ_INSTANTIATE(Q3_K)
+}  // namespace gq

@@ -1,0 +1,276 @@
+// Torch ops of the GGUF kernels. Registered under TORCH_EXTENSION_NAME, which the build sets to
+// a name derived from a hash of the sources (one op namespace / .so / metadata id per build).
+//
+//   dequantize(packed [R, rb] u8, qtype, dtype)            -> [R, K]
+//   get_rows(packed [R, rb] u8, ids [...] int, qtype, dtype) -> [..., K]
+//   matmul(x [..., K], packed [N, rb] u8, qtype)            -> [..., N] in x.dtype
+//   moe_matmul(x [T, K] | [T, k, K], packed [E, N, rb] u8, ids [T, k] int, qtype) -> [T, k, N]
+//
+// Every launch goes on the current stream; scratch comes from torch's allocator; nothing
+// reads device memory on the host, so the ops are safe inside CUDA graphs.
+#include <Python.h>
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/all.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+
+#include "launch.h"
+
+namespace {
+
+using gq::DType;
+
+struct TypeInfo {
+  int block, bytes;
+};
+
+bool type_info(int64_t qtype, TypeInfo& ti) {
+  switch (qtype) {
+    case gq::Q4_0: ti = {32, 18}; return true;
+    case gq::Q4_1: ti = {32, 20}; return true;
+    case gq::Q5_0: ti = {32, 22}; return true;
+    case gq::Q5_1: ti = {32, 24}; return true;
+    case gq::Q8_0: ti = {32, 34}; return true;
+    case gq::Q2_K: ti = {256, 84}; return true;
+    case gq::Q3_K: ti = {256, 110}; return true;
+    case gq::Q4_K: ti = {256, 144}; return true;
+    case gq::Q5_K: ti = {256, 176}; return true;
+    case gq::Q6_K: ti = {256, 210}; return true;
+    case gq::IQ4_NL: ti = {32, 18}; return true;
+    case gq::IQ4_XS: ti = {256, 136}; return true;
+    case gq::MXFP4: ti = {32, 17}; return true;
+    default: return false;
+  }
+}
+
+#define GQ_FOR_EACH_TYPE(X) \
+  X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ4_NL) X(IQ4_XS) X(MXFP4)
+
+cudaError_t dispatch_dequant(int64_t qtype, const uint8_t* w, int64_t rb, int64_t rows_out, int64_t rows_src, int K,
+                             const void* ids, int ids64, void* out, DType ot, cudaStream_t s) {
+  switch (qtype) {
+#define GQ_CASE(T) \
+  case gq::T: return gq::launch_dequant<gq::T>(w, rb, rows_out, rows_src, K, ids, ids64, out, ot, s);
+    GQ_FOR_EACH_TYPE(GQ_CASE)
+#undef GQ_CASE
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t dispatch_gemv(int64_t qtype, const gq::GemvArgs& a, DType xt, int mt, int64_t gx, cudaStream_t s) {
+  switch (qtype) {
+#define GQ_CASE(T) \
+  case gq::T: return gq::launch_gemv<gq::T>(a, xt, mt, gx, s);
+    GQ_FOR_EACH_TYPE(GQ_CASE)
+#undef GQ_CASE
+  }
+  return cudaErrorInvalidValue;
+}
+
+void check_cuda(cudaError_t e, const char* what) {
+  TORCH_CHECK(e == cudaSuccess, "gguf_kernels: ", what, " failed: ", cudaGetErrorString(e));
+}
+
+DType dtype_code(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16: return DType::BF16;
+    case at::kHalf: return DType::F16;
+    case at::kFloat: return DType::F32;
+    default: TORCH_CHECK(false, "gguf_kernels: dtype must be bfloat16, float16 or float32, got ", t);
+  }
+}
+
+int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : dflt;
+}
+
+// Largest M served by the small-M kernels; above it the weight is dequantized (in row chunks)
+// and multiplied by cuBLAS. MoE: pair counts up to this use one CTA row per pair.
+int gemv_max_m() {
+  static const int v = env_int("GGUF_KERNELS_GEMV_MAX_M", 16);
+  return v;
+}
+int moe_pairs_max() {
+  static const int v = env_int("GGUF_KERNELS_MOE_PAIRS_MAX", 16);
+  return v;
+}
+
+// Packed weights: uint8, CUDA, contiguous, 16-byte aligned base (the kernels rely on each
+// block keeping its in-row alignment; a fresh copy is made otherwise).
+at::Tensor prep_packed(const at::Tensor& packed, int64_t qtype, TypeInfo& ti, int min_dim, int max_dim) {
+  TORCH_CHECK(type_info(qtype, ti), "gguf_kernels: ggml type ", qtype, " is not supported");
+  TORCH_CHECK(packed.is_cuda(), "gguf_kernels: packed must be a CUDA tensor");
+  TORCH_CHECK(packed.scalar_type() == at::kByte, "gguf_kernels: packed must be uint8");
+  TORCH_CHECK(packed.dim() >= min_dim && packed.dim() <= max_dim, "gguf_kernels: packed has ", packed.dim(), " dims");
+  TORCH_CHECK(packed.size(-1) % ti.bytes == 0, "gguf_kernels: row of ", packed.size(-1),
+              " bytes is not a whole number of ", ti.bytes, "-byte blocks");
+  at::Tensor p = packed.contiguous();
+  if (reinterpret_cast<uintptr_t>(p.data_ptr()) % 16) p = p.clone();
+  return p;
+}
+
+at::Tensor prep_act(const at::Tensor& x) {
+  TORCH_CHECK(x.is_cuda(), "gguf_kernels: activations must be a CUDA tensor");
+  dtype_code(x.scalar_type());
+  at::Tensor c = x.contiguous();
+  if (reinterpret_cast<uintptr_t>(c.data_ptr()) % 16) c = c.clone();
+  return c;
+}
+
+at::Tensor prep_ids(const at::Tensor& ids) {
+  TORCH_CHECK(ids.scalar_type() == at::kLong || ids.scalar_type() == at::kInt, "gguf_kernels: ids must be int32 or int64");
+  return ids.contiguous();
+}
+
+at::Tensor dequantize(const at::Tensor& packed, int64_t qtype, at::ScalarType dtype) {
+  TypeInfo ti;
+  at::Tensor p = prep_packed(packed, qtype, ti, 2, 2);
+  const c10::cuda::CUDAGuard guard(p.device());
+  const int64_t rows = p.size(0), rb = p.size(1);
+  const int64_t K = rb / ti.bytes * ti.block;
+  at::Tensor out = at::empty({rows, K}, p.options().dtype(dtype));
+  check_cuda(dispatch_dequant(qtype, p.data_ptr<uint8_t>(), rb, rows, rows, (int)K, nullptr, 0, out.data_ptr(),
+                              dtype_code(dtype), c10::cuda::getCurrentCUDAStream()),
+             "dequantize");
+  return out;
+}
+
+at::Tensor get_rows(const at::Tensor& packed, const at::Tensor& ids, int64_t qtype, at::ScalarType dtype) {
+  TypeInfo ti;
+  at::Tensor p = prep_packed(packed, qtype, ti, 2, 2);
+  TORCH_CHECK(ids.device() == p.device(), "gguf_kernels: ids and packed on different devices");
+  at::Tensor id = prep_ids(ids);
+  const c10::cuda::CUDAGuard guard(p.device());
+  const int64_t rb = p.size(1), K = rb / ti.bytes * ti.block;
+  std::vector<int64_t> shape(id.sizes().begin(), id.sizes().end());
+  shape.push_back(K);
+  at::Tensor out = at::empty(shape, p.options().dtype(dtype));
+  check_cuda(dispatch_dequant(qtype, p.data_ptr<uint8_t>(), rb, id.numel(), p.size(0), (int)K, id.data_ptr(),
+                              id.scalar_type() == at::kLong, out.data_ptr(), dtype_code(dtype),
+                              c10::cuda::getCurrentCUDAStream()),
+             "get_rows");
+  return out;
+}
+
+at::Tensor matmul(const at::Tensor& x, const at::Tensor& packed, int64_t qtype) {
+  TypeInfo ti;
+  at::Tensor p = prep_packed(packed, qtype, ti, 2, 2);
+  TORCH_CHECK(x.device() == p.device(), "gguf_kernels: x and packed on different devices");
+  const int64_t N = p.size(0), rb = p.size(1), K = rb / ti.bytes * ti.block;
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K, "gguf_kernels: x has ", x.size(-1), " columns, weight has ", K);
+  const c10::cuda::CUDAGuard guard(p.device());
+  at::Tensor xc = prep_act(x).reshape({-1, K});
+  const int64_t M = xc.size(0);
+  std::vector<int64_t> oshape(x.sizes().begin(), x.sizes().end() - 1);
+  oshape.push_back(N);
+  if (M == 0 || N == 0) return at::empty(oshape, x.options());
+  const DType xt = dtype_code(x.scalar_type());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+
+  if (M <= gemv_max_m()) {
+    at::Tensor out = at::empty({M, N}, x.options());
+    gq::GemvArgs a{};
+    a.w = p.data_ptr<uint8_t>(); a.row_bytes = rb; a.expert_bytes = 0; a.N = (int)N; a.K = (int)K;
+    a.x = xc.data_ptr(); a.x_stride = K; a.x_div = 1;
+    a.out = out.data_ptr(); a.out_stride = N; a.M = (int)M; a.n_experts = 1; a.mode = gq::GEMV_DENSE;
+    const int mt = M == 1 ? 1 : gq::GEMV_MT;
+    check_cuda(dispatch_gemv(qtype, a, xt, mt, (M + mt - 1) / mt, stream), "matmul (small M)");
+    return out.reshape(oshape);
+  }
+
+  // Large M: dequantize to the activation dtype (at most ~128M elements at a time) + cuBLAS.
+  const int64_t chunk = std::max<int64_t>(1, ((int64_t)1 << 27) / std::max<int64_t>(K, 1));
+  if (chunk >= N) {
+    at::Tensor w = at::empty({N, K}, x.options());
+    check_cuda(dispatch_dequant(qtype, p.data_ptr<uint8_t>(), rb, N, N, (int)K, nullptr, 0, w.data_ptr(), xt, stream),
+               "matmul (dequantize)");
+    return at::matmul(xc, w.t()).reshape(oshape);
+  }
+  at::Tensor out = at::empty({M, N}, x.options());
+  at::Tensor w = at::empty({chunk, K}, x.options());
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t nc = std::min(chunk, N - n0);
+    at::Tensor wc = w.narrow(0, 0, nc);
+    check_cuda(dispatch_dequant(qtype, p.data_ptr<uint8_t>() + n0 * rb, rb, nc, nc, (int)K, nullptr, 0, wc.data_ptr(),
+                                xt, stream),
+               "matmul (dequantize)");
+    at::Tensor oc = out.narrow(1, n0, nc);
+    at::mm_out(oc, xc, wc.t());
+  }
+  return out.reshape(oshape);
+}
+
+at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& ids, int64_t qtype) {
+  TypeInfo ti;
+  at::Tensor p = prep_packed(packed, qtype, ti, 3, 3);
+  TORCH_CHECK(x.device() == p.device() && ids.device() == p.device(), "gguf_kernels: tensors on different devices");
+  TORCH_CHECK(ids.dim() == 2, "gguf_kernels: ids must be [T, top_k]");
+  const int64_t E = p.size(0), N = p.size(1), rb = p.size(2), K = rb / ti.bytes * ti.block;
+  const int64_t T = ids.size(0), top_k = ids.size(1), P = T * top_k;
+  TORCH_CHECK((x.dim() == 2 && x.size(0) == T) || (x.dim() == 3 && x.size(0) == T && x.size(1) == top_k),
+              "gguf_kernels: x must be [T, K] or [T, top_k, K]");
+  TORCH_CHECK(x.size(-1) == K, "gguf_kernels: x has ", x.size(-1), " columns, experts have ", K);
+  const c10::cuda::CUDAGuard guard(p.device());
+  at::Tensor out = at::empty({T, top_k, N}, x.options());
+  if (P == 0 || N == 0) return out;
+  at::Tensor xc = prep_act(x);
+  at::Tensor id = prep_ids(ids);
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+
+  gq::GemvArgs a{};
+  a.w = p.data_ptr<uint8_t>(); a.row_bytes = rb; a.expert_bytes = N * rb; a.N = (int)N; a.K = (int)K;
+  a.x = xc.data_ptr(); a.x_stride = K; a.x_div = x.dim() == 2 ? (int)top_k : 1;
+  a.out = out.data_ptr(); a.out_stride = N; a.M = 0; a.n_experts = (int)E;
+  a.ids = id.data_ptr(); a.ids64 = id.scalar_type() == at::kLong;
+  const DType xt = dtype_code(x.scalar_type());
+  if (P <= moe_pairs_max()) {
+    a.mode = gq::GEMV_PAIRS;
+    check_cuda(dispatch_gemv(qtype, a, xt, 1, P, stream), "moe_matmul (pairs)");
+    return out;
+  }
+  const int mt = gq::GEMV_MT;
+  const int64_t max_chunks = (P + mt - 1) / mt + E + 1;
+  at::Tensor sorted = at::empty({P}, id.options().dtype(at::kInt));
+  at::Tensor chunks = at::empty({max_chunks, 4}, id.options().dtype(at::kInt));
+  check_cuda(gq::launch_moe_route(id.data_ptr(), a.ids64, (int)P, (int)E, mt, sorted.data_ptr<int>(),
+                                  reinterpret_cast<int4*>(chunks.data_ptr<int>()), (int)max_chunks, stream),
+             "moe_matmul (route)");
+  a.mode = gq::GEMV_CHUNKS;
+  a.sorted = sorted.data_ptr<int>();
+  a.chunks = reinterpret_cast<const int4*>(chunks.data_ptr<int>());
+  check_cuda(dispatch_gemv(qtype, a, xt, mt, max_chunks, stream), "moe_matmul (chunks)");
+  return out;
+}
+
+}  // namespace
+
+#define GQ_STR_(x) #x
+#define GQ_STR(x) GQ_STR_(x)
+#define GQ_CAT_(a, b) a##b
+#define GQ_CAT(a, b) GQ_CAT_(a, b)
+#define GQ_TORCH_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+#define GQ_TORCH_LIBRARY_IMPL(ns, k, m) TORCH_LIBRARY_IMPL(ns, k, m)
+
+GQ_TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) {
+  m.def("dequantize(Tensor packed, int qtype, ScalarType dtype) -> Tensor");
+  m.def("get_rows(Tensor packed, Tensor ids, int qtype, ScalarType dtype) -> Tensor");
+  m.def("matmul(Tensor x, Tensor packed, int qtype) -> Tensor");
+  m.def("moe_matmul(Tensor x, Tensor packed, Tensor ids, int qtype) -> Tensor");
+}
+
+GQ_TORCH_LIBRARY_IMPL(TORCH_EXTENSION_NAME, CUDA, m) {
+  m.impl("dequantize", &dequantize);
+  m.impl("get_rows", &get_rows);
+  m.impl("matmul", &matmul);
+  m.impl("moe_matmul", &moe_matmul);
+}
+
+// Importable as a Python module (the ops register when the .so is loaded).
+PyMODINIT_FUNC GQ_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) {
+  static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, GQ_STR(TORCH_EXTENSION_NAME), nullptr, 0, nullptr};
+  return PyModule_Create(&module);
+}

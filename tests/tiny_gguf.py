@@ -1,0 +1,121 @@
+"""Tiny random-weight GGUF files of several architectures, written with gguf-py's writer and
+quantizers, with llama.cpp's tensor names and metadata keys, and SmolLM2's tokenizer (from
+`data/vocab.gguf`) so llama.cpp can run them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFWriter
+from gguf.quants import quantize
+
+from gguf_quant.gguf_io.reader import read_gguf
+
+VOCAB = Path(__file__).parent / "data" / "vocab.gguf"
+
+
+@dataclass
+class Shape:
+    hidden: int = 64
+    ff: int = 128
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 16
+
+
+def _copy_tokenizer(w: GGUFWriter) -> int:
+    meta = read_gguf(VOCAB).metadata
+    for key, value in meta.items():
+        if not key.startswith("tokenizer."):
+            continue
+        if isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, str):
+            w.add_string(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        else:
+            w.add_array(key, value)
+    return len(meta["tokenizer.ggml.tokens"])
+
+
+def _arch_tensors(arch: str, s: Shape) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, numpy shape, kind) per tensor; kind is 'matrix', 'norm' or 'bias'."""
+    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    out = []
+    for i in range(s.layers):
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (s.hidden,), "norm"), (b + "attn_output.weight", (s.hidden, q), "matrix")]
+        if arch == "phi3":
+            out += [(b + "attn_qkv.weight", (q + 2 * kv, s.hidden), "matrix")]
+            out += [(b + "ffn_up.weight", (2 * s.ff, s.hidden), "matrix")]
+        else:
+            out += [(b + "attn_q.weight", (q, s.hidden), "matrix"), (b + "attn_k.weight", (kv, s.hidden), "matrix")]
+            out += [(b + "attn_v.weight", (kv, s.hidden), "matrix")]
+            out += [(b + "ffn_gate.weight", (s.ff, s.hidden), "matrix"), (b + "ffn_up.weight", (s.ff, s.hidden), "matrix")]
+        out += [(b + "ffn_norm.weight", (s.hidden,), "norm"), (b + "ffn_down.weight", (s.hidden, s.ff), "matrix")]
+        if arch == "qwen2":
+            out += [(b + f"attn_{x}.bias", (n,), "bias") for x, n in (("q", q), ("k", kv), ("v", kv))]
+        if arch in ("qwen3", "gemma3"):
+            out += [(b + "attn_q_norm.weight", (s.head_dim,), "norm"), (b + "attn_k_norm.weight", (s.head_dim,), "norm")]
+        if arch in ("gemma2", "gemma3"):
+            out += [(b + "post_attention_norm.weight", (s.hidden,), "norm"), (b + "post_ffw_norm.weight", (s.hidden,), "norm")]
+    return out
+
+
+def write_tiny(
+    path: Path,
+    arch: str,
+    qtype: str = "Q8_0",
+    shape: Shape | None = None,
+    tied: bool = True,
+    seed: int = 0,
+    std: float = 0.05,
+) -> Path:
+    s = shape or Shape()
+    rng = np.random.default_rng(seed)
+    t = GGMLQuantizationType[qtype]
+    w = GGUFWriter(str(path), arch)
+    vocab = _copy_tokenizer(w)
+    w.add_name(f"tiny-{arch}")
+    w.add_context_length(256)
+    w.add_embedding_length(s.hidden)
+    w.add_block_count(s.layers)
+    w.add_feed_forward_length(s.ff)
+    w.add_head_count(s.heads)
+    w.add_head_count_kv(s.kv_heads)
+    w.add_key_length(s.head_dim)
+    w.add_value_length(s.head_dim)
+    w.add_rope_dimension_count(s.head_dim)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(int(t))
+    if arch in ("gemma2", "gemma3", "phi3"):
+        w.add_sliding_window(128)
+    if arch == "gemma2":
+        w.add_float32("gemma2.attn_logit_softcapping", 50.0)
+        w.add_float32("gemma2.final_logit_softcapping", 30.0)
+
+    def matrix(name, shp):
+        data = (rng.standard_normal(shp) * std).astype(np.float32)
+        w.add_tensor(name, quantize(data, t), raw_dtype=t)
+
+    matrix("token_embd.weight", (vocab, s.hidden))
+    if not tied:
+        matrix("output.weight", (vocab, s.hidden))
+    # Norms near 1 (Gemma files store 1 + w, so near 1 there as well).
+    w.add_tensor("output_norm.weight", (1 + 0.1 * rng.standard_normal(s.hidden)).astype(np.float32))
+    for name, shp, kind in _arch_tensors(arch, s):
+        if kind == "matrix":
+            matrix(name, shp)
+        elif kind == "norm":
+            w.add_tensor(name, (1 + 0.1 * rng.standard_normal(shp)).astype(np.float32))
+        else:
+            w.add_tensor(name, (0.1 * rng.standard_normal(shp)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
