@@ -23,6 +23,10 @@ class Shape:
     heads: int = 4
     kv_heads: int = 2
     head_dim: int = 16
+    experts: int = 0  # > 0: a mixture-of-experts FFN in every layer
+    used: int = 2
+    ff_exp: int = 64
+    ff_shexp: int = 96  # qwen2moe's shared expert
 
 
 def _copy_tokenizer(w: GGUFWriter) -> int:
@@ -42,7 +46,7 @@ def _copy_tokenizer(w: GGUFWriter) -> int:
 
 
 def _arch_tensors(arch: str, s: Shape) -> list[tuple[str, tuple[int, ...], str]]:
-    """(name, numpy shape, kind) per tensor; kind is 'matrix', 'norm' or 'bias'."""
+    """(name, numpy shape, kind) per tensor; kind is 'matrix', 'router', 'norm' or 'bias'."""
     q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
     out = []
     for i in range(s.layers):
@@ -54,11 +58,23 @@ def _arch_tensors(arch: str, s: Shape) -> list[tuple[str, tuple[int, ...], str]]
         else:
             out += [(b + "attn_q.weight", (q, s.hidden), "matrix"), (b + "attn_k.weight", (kv, s.hidden), "matrix")]
             out += [(b + "attn_v.weight", (kv, s.hidden), "matrix")]
+        out += [(b + "ffn_norm.weight", (s.hidden,), "norm")]
+        if s.experts:
+            e = s.experts
+            out += [(b + "ffn_gate_inp.weight", (e, s.hidden), "router")]
+            out += [(b + f"ffn_{x}_exps.weight", (e, s.ff_exp, s.hidden), "matrix") for x in ("gate", "up")]
+            out += [(b + "ffn_down_exps.weight", (e, s.hidden, s.ff_exp), "matrix")]
+        elif arch != "phi3":
             out += [(b + "ffn_gate.weight", (s.ff, s.hidden), "matrix"), (b + "ffn_up.weight", (s.ff, s.hidden), "matrix")]
-        out += [(b + "ffn_norm.weight", (s.hidden,), "norm"), (b + "ffn_down.weight", (s.hidden, s.ff), "matrix")]
-        if arch == "qwen2":
+        if not s.experts:
+            out += [(b + "ffn_down.weight", (s.hidden, s.ff), "matrix")]
+        if arch == "qwen2moe":
+            out += [(b + f"ffn_{x}_shexp.weight", (s.ff_shexp, s.hidden), "matrix") for x in ("gate", "up")]
+            out += [(b + "ffn_down_shexp.weight", (s.hidden, s.ff_shexp), "matrix")]
+            out += [(b + "ffn_gate_inp_shexp.weight", (s.hidden,), "router")]
+        if arch in ("qwen2", "qwen2moe"):
             out += [(b + f"attn_{x}.bias", (n,), "bias") for x, n in (("q", q), ("k", kv), ("v", kv))]
-        if arch in ("qwen3", "gemma3"):
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
             out += [(b + "attn_q_norm.weight", (s.head_dim,), "norm"), (b + "attn_k_norm.weight", (s.head_dim,), "norm")]
         if arch in ("gemma2", "gemma3"):
             out += [(b + "post_attention_norm.weight", (s.hidden,), "norm"), (b + "post_ffw_norm.weight", (s.hidden,), "norm")]
@@ -73,6 +89,7 @@ def write_tiny(
     tied: bool = True,
     seed: int = 0,
     std: float = 0.05,
+    router_std: float = 0.5,
 ) -> Path:
     s = shape or Shape()
     rng = np.random.default_rng(seed)
@@ -94,6 +111,12 @@ def write_tiny(
     w.add_file_type(int(t))
     if arch in ("gemma2", "gemma3", "phi3"):
         w.add_sliding_window(128)
+    if s.experts:
+        w.add_expert_count(s.experts)
+        w.add_expert_used_count(s.used)
+        w.add_expert_feed_forward_length(s.ff_exp)
+    if arch == "qwen2moe":
+        w.add_expert_shared_feed_forward_length(s.ff_shexp)
     if arch == "gemma2":
         w.add_float32("gemma2.attn_logit_softcapping", 50.0)
         w.add_float32("gemma2.final_logit_softcapping", 30.0)
@@ -110,6 +133,9 @@ def write_tiny(
     for name, shp, kind in _arch_tensors(arch, s):
         if kind == "matrix":
             matrix(name, shp)
+        elif kind == "router":
+            # Decisive routing: near-tied experts would flip under llama.cpp's 8-bit activations.
+            w.add_tensor(name, (rng.standard_normal(shp) * router_std).astype(np.float32))
         elif kind == "norm":
             w.add_tensor(name, (1 + 0.1 * rng.standard_normal(shp)).astype(np.float32))
         else:
@@ -119,3 +145,18 @@ def write_tiny(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def quantize_with_llamacpp(src: Path, dst: Path, ftype: str = "Q4_K_M") -> Path:
+    """llama.cpp's own llama-quantize (through llama-cpp-python) on a float GGUF."""
+    import ctypes
+
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    params.nthread = 2
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise RuntimeError(f"llama_model_quantize({src} -> {ftype}) failed with {rc}")
+    return dst

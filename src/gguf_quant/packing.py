@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from .ggml.types import ggml_type
-from .modules import GgufEmbedding, GgufLinear
+from .modules import GgufEmbedding, GgufExperts, GgufLinear
 
 __all__ = ["PackingReport", "swap_modules"]
 
@@ -33,61 +33,91 @@ class PackingReport:
         return "\n".join(lines)
 
 
-def _packed_module(module: nn.Module, qtype: int, dtype: torch.dtype) -> nn.Module | None:
-    """The packed replacement for `module`'s weight, or None when it has none."""
-    if type(module) is nn.Linear:
-        return GgufLinear(module.in_features, module.out_features, qtype, module.bias is not None, "meta", dtype)
+def _packed_module(module: nn.Module, types: dict[str, int], dtype: torch.dtype) -> nn.Module | None:
+    """The packed replacement for `module` given its quantized parameters' types, or None."""
+    if set(types) == {"weight"} and type(module) is nn.Linear:
+        return GgufLinear(module.in_features, module.out_features, types["weight"], module.bias is not None, "meta", dtype)
     # Plain embeddings, and transformers' scaled ones (Gemma) whose only change is the scale.
-    if type(module) is nn.Embedding or (isinstance(module, nn.Embedding) and hasattr(module, "scalar_embed_scale")):
+    if set(types) == {"weight"} and (
+        type(module) is nn.Embedding or (isinstance(module, nn.Embedding) and hasattr(module, "scalar_embed_scale"))
+    ):
         return GgufEmbedding(
             module.num_embeddings,
             module.embedding_dim,
-            qtype,
+            types["weight"],
             dtype,
             module.padding_idx,
             getattr(module, "scalar_embed_scale", None),
             "meta",
+        )
+    # transformers 5's fused experts: gate_up_proj [E, 2I, H], down_proj [E, H, I].
+    if set(types) == {"gate_up_proj", "down_proj"} and hasattr(module, "act_fn"):
+        e, two_i, h = module.gate_up_proj.shape
+        if tuple(module.down_proj.shape) != (e, h, two_i // 2):
+            return None
+        return GgufExperts(
+            e,
+            h,
+            two_i // 2,
+            types["gate_up_proj"],
+            types["down_proj"],
+            module.act_fn,
+            getattr(module, "gate_up_proj_bias", None) is not None,
+            getattr(module, "down_proj_bias", None) is not None,
+            "meta",
+            dtype,
         )
     return None
 
 
 def swap_modules(
     model: nn.Module,
-    types: dict[str, int],
+    types: dict[str, dict[str, int]],
     dtype: torch.dtype,
     not_byte_safe: dict[str, str],
     skip,
-) -> tuple[dict[str, int], PackingReport]:
-    """Swap a packed module in for every weight in `types` (parameter -> ggml type id) that can
-    hold one; returns the parameters to unpack at load (-> type) and the report.
+) -> tuple[dict[str, dict[str, int]], PackingReport]:
+    """Swap a packed module in for every module whose quantized parameters it can hold.
 
-    `not_byte_safe` maps parameters whose conversion needs float values to that conversion's
-    name; `skip(module_name)` says whether the user asked to keep a module unpacked.
+    `types` maps each quantized parameter to the ggml type of each of its sources (a fused
+    expert `gate_up_proj` has two: llama.cpp's gate and up tensors). Returns the parameters to
+    unpack at load (in the same form) and the report. `not_byte_safe` maps parameters whose
+    conversion needs float values to that conversion's name; `skip(module_name)` says whether
+    the user asked to keep a module unpacked.
     """
     report = PackingReport()
-    unpack: dict[str, int] = {}
+    unpack: dict[str, dict[str, int]] = {}
     types = dict(types)
     # A tied output head (no tensor of its own in the file) shares its source's blocks.
     for target, source in (getattr(model, "_tied_weights_keys", None) or {}).items():
         if source in types and target not in types:
             types[target] = types[source]
 
-    for name, qtype in types.items():
+    by_module: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
+    for name, sources in types.items():
         module_name, _, param = name.rpartition(".")
+        by_module[module_name][param] = sources
+    for module_name, params in by_module.items():
         module = model.get_submodule(module_name)
-        t = ggml_type(qtype).name
-        reason = None
-        replacement = None
+        kinds = {p: set(src.values()) for p, src in params.items()}
+        reason = replacement = None
         if skip(module_name):
             reason = "listed in modules_to_not_convert"
-        elif name in not_byte_safe:
-            reason = f"its conversion ({not_byte_safe[name]}) needs float values"
-        elif param != "weight" or (replacement := _packed_module(module, qtype, dtype)) is None:
-            reason = f"{type(module).__name__}.{param} has no packed counterpart"
-        if reason is not None:
-            unpack[name] = qtype
-            report.unpacked[name] = f"{t}: {reason}"
-            continue
-        model.set_submodule(module_name, replacement)
-        report.packed[name] = t
+        elif blocked := [f"{module_name}.{p}" for p in params if f"{module_name}.{p}" in not_byte_safe]:
+            reason = f"its conversion ({not_byte_safe[blocked[0]]}) needs float values"
+        elif mixed := [p for p, k in kinds.items() if len(k) > 1]:
+            names = sorted(ggml_type(t).name for t in kinds[mixed[0]])
+            reason = f"the tensors fused into {mixed[0]} have different types ({', '.join(names)})"
+        elif (replacement := _packed_module(module, {p: k.pop() for p, k in kinds.items()}, dtype)) is None:
+            reason = f"{type(module).__name__} ({', '.join(params)}) has no packed counterpart"
+        for param, sources in params.items():
+            name = f"{module_name}.{param}"
+            t = "+".join(sorted({ggml_type(q).name for q in sources.values()}))
+            if reason is None:
+                report.packed[name] = t
+            else:
+                unpack[name] = sources
+                report.unpacked[name] = f"{t}: {reason}"
+        if replacement is not None:
+            model.set_submodule(module_name, replacement)
     return unpack, report

@@ -13,7 +13,7 @@ import torch
 from transformers.quantizers.base import HfQuantizer
 
 from . import archs
-from .archs.conversions import RopeUnpermuteRows
+from .archs.conversions import NormPlusOne, Unpack
 from .config import GgufQuantizeConfig
 from .gguf_io.reader import GgufFile, read_gguf
 from .packing import PackingReport, swap_modules
@@ -92,7 +92,13 @@ class GGUFQuantizer(HfQuantizer):
         if self.gguf is None or self.legacy:
             return
         self._plan = plan = archs.plan_tensors(model, self.gguf)
-        types = {hf: self.gguf.tensors[g].type.id for g, hf in plan.hf_names.items() if self.gguf.tensors[g].type.quantized}
+        # Each parameter's quantized sources and their types (a fused expert gate_up has two).
+        by_source = {hf: self.gguf.tensors[g].type for g, hf in plan.hf_names.items()}
+        types: dict[str, dict[str, int]] = {}
+        for hf in {*plan.hf_names.values(), *plan.merges} - {s for m in plan.merges.values() for s in m}:
+            sources = {src: by_source[src].id for src in plan.sources(hf) if by_source[src].quantized}
+            if sources:
+                types[hf] = sources
         not_byte_safe = {}
         for hf in types:
             op = plan.conversion(hf)
@@ -118,7 +124,7 @@ class GGUFQuantizer(HfQuantizer):
         if self.legacy:
             return dtype
         ops = getattr(converter, "operations", ())
-        if not param.is_floating_point() or any(not isinstance(op, RopeUnpermuteRows) for op in ops):
+        if not param.is_floating_point() or any(isinstance(op, (NormPlusOne, Unpack)) for op in ops):
             return None
         return dtype
 
@@ -126,6 +132,9 @@ class GGUFQuantizer(HfQuantizer):
         # The GGUF renamings must not be replayed in reverse when the model is saved.
         model._weight_conversions = None
         model.gguf_report = self.report
+        if self.gguf is not None:
+            # The source file's metadata (tokenizer included), for `save_gguf` to write back.
+            model.gguf_metadata = self.gguf.metadata
         if self.gguf is not None and not self.legacy:
             logger.info(f"{self.report}\ngguf_quant: loaded in {time.perf_counter() - self._started:.1f} s")
             if self.report.unpacked:

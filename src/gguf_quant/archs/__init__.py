@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
 
 from ..gguf_io.reader import GgufFile
-from .conversions import NormPlusOne, RopeUnpermuteRows
+from .conversions import NormPlusOne, Reshape, RopeUnpermuteRows
 
 __all__ = ["ArchRules", "ARCH_RULES", "TensorPlan", "plan_tensors", "is_supported"]
 
@@ -33,6 +33,8 @@ ARCH_RULES: dict[str, ArchRules] = {
     "mistral": ArchRules(),
     "qwen2": ArchRules(),
     "qwen3": ArchRules(),
+    "qwen2moe": ArchRules(),
+    "qwen3moe": ArchRules(),
     "phi3": ArchRules(),
     "starcoder2": ArchRules(),
     "stablelm": ArchRules(),
@@ -51,9 +53,11 @@ def is_supported(gguf_arch: str) -> bool:
 class TensorPlan:
     """How each GGUF tensor reaches the model."""
 
-    hf_names: dict[str, str]  # gguf name -> model parameter name
+    hf_names: dict[str, str]  # gguf name -> model parameter name (or a merge source, below)
+    merges: dict[str, list[str]]  # model parameter -> the sources concatenated row-wise into it
     rope_rows: dict[str, RopeUnpermuteRows]  # model name -> the row permutation it needs
     plus_one: set[str]  # model names of norms stored as 1 + w
+    reshape: dict[str, tuple[int, ...]]  # float tensors stored flatter than the parameter
     unmatched: list[str]  # gguf names no model parameter claims
 
     def conversion(self, hf_name: str):
@@ -62,12 +66,44 @@ class TensorPlan:
             return self.rope_rows[hf_name]
         if hf_name in self.plus_one:
             return NormPlusOne()
+        if hf_name in self.reshape:
+            return Reshape(self.reshape[hf_name])
         return None
+
+    def sources(self, hf_name: str) -> list[str]:
+        return self.merges.get(hf_name, [hf_name])
 
 
 def _layer_count(config) -> int:
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     return int(text.num_hidden_layers)
+
+
+# transformers 5 fuses each MoE layer's experts into `gate_up_proj` [E, 2I, H] and `down_proj`
+# [E, H, I]; llama.cpp stores gate, up and down as separate [E, rows, cols] tensors.
+_EXPERT_PARTS = {"gate_up_proj": ("ffn_gate_exps", "ffn_up_exps"), "down_proj": ("ffn_down_exps",)}
+
+
+def _expert_names(model, gguf: GgufFile) -> tuple[dict[str, str], dict[str, list[str]]]:
+    hf_names, merges = {}, {}
+    params = dict(model.named_parameters())
+    for module_name, _ in model.named_modules():
+        m = re.search(r"\.(\d+)\.(?:\w+\.)*experts$", module_name)
+        if m is None or f"{module_name}.gate_up_proj" not in params:
+            continue
+        for param, parts in _EXPERT_PARTS.items():
+            for suffix in ("weight", "bias"):
+                hf = f"{module_name}.{param}" + ("_bias" if suffix == "bias" else "")
+                names = [f"blk.{m[1]}.{part}.{suffix}" for part in parts]
+                if not all(n in gguf.tensors for n in names) or hf not in params:
+                    continue
+                if len(parts) == 1:
+                    hf_names[names[0]] = hf
+                    continue
+                virtual = [f"{module_name}.{part}.{suffix}" for part in parts]
+                hf_names.update(zip(names, virtual))
+                merges[hf] = virtual
+    return hf_names, merges
 
 
 def plan_tensors(model, gguf: GgufFile) -> TensorPlan:
@@ -77,7 +113,7 @@ def plan_tensors(model, gguf: GgufFile) -> TensorPlan:
     name_map = get_tensor_name_map(_ARCH_BY_NAME[arch], _layer_count(model.config))
     text = model.config.get_text_config()
 
-    hf_names: dict[str, str] = {}
+    hf_names, merges = _expert_names(model, gguf)
     for hf_name in model.state_dict():
         base, _, suffix = hf_name.rpartition(".")
         gguf_base = name_map.get_name(base)
@@ -89,14 +125,20 @@ def plan_tensors(model, gguf: GgufFile) -> TensorPlan:
 
     rope_rows: dict[str, RopeUnpermuteRows] = {}
     plus_one: set[str] = set()
+    reshape: dict[str, tuple[int, ...]] = {}
+    params = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     for gguf_name, hf_name in hf_names.items():
+        info, param = gguf.tensors[gguf_name], params.get(hf_name)
+        # e.g. Qwen2-MoE's shared-expert gate: a [hidden] vector in the file, a [1, hidden] Linear here
+        if param is not None and not info.type.quantized and tuple(param.shape) != info.shape:
+            reshape[hf_name] = tuple(param.shape)
         if rules.rope_permuted and re.search(r"\.attn_(q|k)\.(weight|bias)$", gguf_name):
             heads = text.num_attention_heads if ".attn_q." in gguf_name else text.num_key_value_heads
             rope_rows[hf_name] = RopeUnpermuteRows(heads)
         if rules.norm_plus_one and re.search(r"norm\.weight$", gguf_name):
             plus_one.add(hf_name)
     unmatched = [name for name in gguf.tensors if name not in hf_names]
-    return TensorPlan(hf_names, rope_rows, plus_one, unmatched)
+    return TensorPlan(hf_names, merges, rope_rows, plus_one, reshape, unmatched)
 
 
 _LAYER = re.compile(r"^blk\.(\d+)\.")
@@ -121,34 +163,41 @@ def _hf_pattern(hf_name: str) -> str:
     return "^" + re.escape(hf_name[: m.start()]) + r"\.(\d+)\." + re.escape(hf_name[m.end() :]) + "$"
 
 
-def weight_transforms(plan: TensorPlan, unpack: dict[str, int], dtype) -> list:
+def _exact(name: str) -> str:
+    return "^" + re.escape(name) + "$"
+
+
+def weight_transforms(plan: TensorPlan, unpack: dict[str, dict[str, int]], dtype) -> list:
     """transformers `WeightRenaming` / `WeightConverter` entries loading the file into the model.
 
-    `unpack` names the model parameters (-> ggml type) to dequantize on the way in; every other
-    quantized tensor arrives as its raw blocks, only renamed or moved row-wise.
+    `unpack` names the model parameters to dequantize on the way in, with the ggml type of each
+    of their sources; every other quantized tensor arrives as its raw blocks, only renamed,
+    concatenated or moved row-wise.
     """
     from transformers.core_model_loading import WeightConverter, WeightRenaming
 
-    from .conversions import NormPlusOne, Unpack
+    from .conversions import ConcatRows, NormPlusOne, Unpack
 
     renames = dict(_generalise(g, h) for g, h in plan.hf_names.items())
     transforms: list = [WeightRenaming(src, tgt) for src, tgt in renames.items()]
 
     def ops_for(hf_name: str) -> list:
+        ops = [ConcatRows()] if hf_name in plan.merges else []
         op = plan.conversion(hf_name)
         if isinstance(op, NormPlusOne):
             op = NormPlusOne(dtype)
-        return [op] if op is not None else []
+        return ops + ([op] if op is not None else [])
 
     # A key is claimed by the first converter that matches it: exact (unpacked) ones go first.
-    for hf_name, qtype in unpack.items():
-        ops = [Unpack(qtype, dtype), *ops_for(hf_name)]
-        transforms.append(WeightConverter("^" + re.escape(hf_name) + "$", hf_name, ops))
-    generic: dict[str, str] = {}
-    for hf_name in plan.rope_rows.keys() | plan.plus_one:
+    for hf_name, types in unpack.items():
+        sources = [_exact(src) for src in plan.sources(hf_name)]
+        ops = [Unpack({_exact(src): t for src, t in types.items()}, dtype), *ops_for(hf_name)]
+        transforms.append(WeightConverter(sources, hf_name, ops))
+    generic: dict[tuple[str, ...], str] = {}
+    for hf_name in plan.rope_rows.keys() | plan.plus_one | plan.merges.keys() | plan.reshape.keys():
         if hf_name not in unpack:
-            generic.setdefault(_hf_pattern(hf_name), hf_name)
-    for pattern, hf_name in generic.items():
+            generic.setdefault(tuple(_hf_pattern(src) for src in plan.sources(hf_name)), hf_name)
+    for patterns, hf_name in generic.items():
         target = re.sub(r"\.(\d+)\.", r".\\1.", hf_name, count=1)
-        transforms.append(WeightConverter(pattern, target, ops_for(hf_name)))
+        transforms.append(WeightConverter(list(patterns), target, ops_for(hf_name)))
     return transforms

@@ -38,6 +38,8 @@ def _base(meta: dict, names: tuple[str, ...], arch: str, model_type: str, cls: s
         "eos_token_id": meta.get("tokenizer.ggml.eos_token_id"),
         "pad_token_id": meta.get("tokenizer.ggml.padding_token_id"),
     }
+    if config["intermediate_size"] is None:  # all-expert models state only the expert width
+        del config["intermediate_size"]
     scaling = key("rope.scaling.type")
     if scaling in ("linear", "yarn"):
         rope = config["rope_parameters"] | {"rope_type": scaling, "factor": key("rope.scaling.factor")}
@@ -48,7 +50,37 @@ def _base(meta: dict, names: tuple[str, ...], arch: str, model_type: str, cls: s
 
 
 def _llama(meta, names):
+    if meta.get("llama.expert_count"):
+        # llama.cpp writes Mixtral as llama with experts; each expert is feed_forward_length wide.
+        config = _base(meta, names, "llama", "mixtral", "MixtralForCausalLM")
+        config["num_local_experts"] = meta["llama.expert_count"]
+        config["num_experts_per_tok"] = meta["llama.expert_used_count"]
+        return config
     return _base(meta, names, "llama", "llama", "LlamaForCausalLM")
+
+
+def _moe(meta, config: dict, arch: str, normalise: bool) -> dict:
+    key = lambda k, default=None: meta.get(f"{arch}.{k}", default)  # noqa: E731
+    config["num_experts"] = key("expert_count")
+    config["num_experts_per_tok"] = key("expert_used_count")
+    # transformers' own reader drops this key, so any width other than its default (768 for
+    # Qwen3-MoE) loaded with wrong shapes.
+    config["moe_intermediate_size"] = key("expert_feed_forward_length")
+    # llama.cpp renormalises the chosen experts' weights for Qwen3-MoE, not for Qwen2-MoE.
+    config["norm_topk_prob"] = normalise
+    config["decoder_sparse_step"] = 1
+    config["mlp_only_layers"] = []
+    return config
+
+
+def _qwen3moe(meta, names):
+    return _moe(meta, _base(meta, names, "qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM"), "qwen3moe", True)
+
+
+def _qwen2moe(meta, names):
+    config = _moe(meta, _base(meta, names, "qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM"), "qwen2moe", False)
+    config["shared_expert_intermediate_size"] = meta.get("qwen2moe.expert_shared_feed_forward_length")
+    return config
 
 
 def _qwen2(meta, names):
@@ -104,6 +136,8 @@ CONFIG_BUILDERS: dict[str, Callable[[dict, tuple], dict]] = {
     "llama": _llama,
     "qwen2": _qwen2,
     "qwen3": _qwen3,
+    "qwen2moe": _qwen2moe,
+    "qwen3moe": _qwen3moe,
     "phi3": _phi3,
     "gemma2": _gemma2,
     "gemma3": _gemma3,

@@ -12,7 +12,7 @@ from transformers.core_model_loading import ConversionOps
 
 from ..ggml import dequantize
 
-__all__ = ["RopeUnpermuteRows", "NormPlusOne", "Unpack"]
+__all__ = ["RopeUnpermuteRows", "NormPlusOne", "Reshape", "ConcatRows", "Unpack"]
 
 
 def _single(input_dict: dict) -> torch.Tensor:
@@ -52,14 +52,42 @@ class NormPlusOne(ConversionOps):
         return {full_layer_name: t.to(self.dtype) if self.dtype is not None else t}
 
 
-class Unpack(ConversionOps):
-    """Dequantize a tensor whose module cannot hold blocks; runs before any other op."""
+class Reshape(ConversionOps):
+    """A float tensor the file stores with a different (equal-sized) shape than the parameter."""
 
     supports_packed = False
 
-    def __init__(self, qtype: int, dtype: torch.dtype):
-        self.qtype = qtype
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
+
+    def convert(self, input_dict, source_patterns=None, target_patterns=None, full_layer_name=None, **kwargs):
+        return {full_layer_name: _single(input_dict).reshape(self.shape)}
+
+
+class ConcatRows(ConversionOps):
+    """Stack llama.cpp's separate expert gate and up tensors `[E, I, ...]` into transformers'
+    fused `gate_up_proj` `[E, 2I, ...]`: whole rows again, in the converter's source order."""
+
+    supports_packed = True
+
+    def convert(self, input_dict, source_patterns=None, target_patterns=None, full_layer_name=None, **kwargs):
+        parts = [input_dict[p] for p in source_patterns]
+        parts = [p[0] if isinstance(p, list) else p for p in parts]
+        # dim 1 is the row axis after the expert axis, for weights [E, rows, cols] and biases [E, rows].
+        return {full_layer_name: torch.cat(parts, dim=1)}
+
+
+class Unpack(ConversionOps):
+    """Dequantize tensors whose module cannot hold blocks; runs before any other op.
+    `types` gives each source pattern's ggml type (gate and up experts may differ)."""
+
+    supports_packed = False
+
+    def __init__(self, types: dict[str, int], dtype: torch.dtype):
+        self.types = types
         self.dtype = dtype
 
     def convert(self, input_dict, source_patterns=None, target_patterns=None, full_layer_name=None, **kwargs):
-        return {full_layer_name: [dequantize(_single(input_dict), self.qtype, self.dtype)]}
+        out = {key: [dequantize(_single({key: t}), self.types[key], self.dtype)] for key, t in input_dict.items()}
+        # A lone tensor goes on under the parameter's name; several wait for the op that joins them.
+        return {full_layer_name: out.popitem()[1]} if len(out) == 1 else out

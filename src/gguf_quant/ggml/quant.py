@@ -40,9 +40,10 @@ GROUP_MAX_EPS = float(np.float32(1e-15))  # ggml's GROUP_MAX_EPS (1e-15f): below
 _KVALUES_IQ4NL = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 _KVALUES_MXFP4 = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
 
-# Blocks quantized per pass: bounds the temporaries (the K-quant searches hold a few dozen tensors the
-# size of the chunk) while keeping the per-op Python overhead small.
-_CHUNK_ELEMENTS = 1 << 20
+# Elements quantized per pass: bounds the temporaries (the K-quant searches hold a few dozen tensors the
+# size of the chunk). On CPU a chunk that stays in cache is fastest; on a GPU larger chunks keep it busy.
+_CHUNK_ELEMENTS = {"cpu": 1 << 18}
+_CHUNK_ELEMENTS_DEFAULT = 1 << 24
 
 
 # --------------------------------------------------------------------------------------------------
@@ -67,14 +68,17 @@ def _nearest_f(x: torch.Tensor) -> torch.Tensor:
     """llama.cpp's `nearest_int` (add 1.5 * 2**23 in float32, read the low mantissa bits), as float32.
 
     Round half to even for |x| < 2**22, where it equals (x + 1.5*2**23) - 1.5*2**23 (the quick path on
-    CPU); past that (and for NaN) the C function returns mantissa garbage (it asserts only in debug
-    builds), reproduced from the bits."""
+    CPU); past that the C function returns mantissa garbage (it asserts only in debug builds),
+    reproduced from the bits. A NaN (from inf - inf, 0 * inf, ... in the searches, on huge or
+    denormal inputs) is x86's default NaN in C, whose mantissa bits give 0; CUDA's NaN has other
+    bits, so NaN is mapped to 0 explicitly."""
     if x.device.type == "cpu" and x.numel():
         lo, hi = torch.aminmax(x)  # NaN fails both tests
         if bool(lo >= -4194303.0) and bool(hi <= 4194303.0):
             return (x + 12582912.0) - 12582912.0
     bits = (x + 12582912.0).view(torch.int32)
-    return ((bits & 0x007FFFFF) - 0x00400000).to(torch.float32)
+    r = ((bits & 0x007FFFFF) - 0x00400000).to(torch.float32)
+    return torch.where(torch.isnan(x), torch.zeros_like(r), r)
 
 
 def _nearest_int(x: torch.Tensor) -> torch.Tensor:
@@ -138,8 +142,12 @@ def _fp16_round(x: torch.Tensor) -> torch.Tensor:
 
 
 def _fp16_bytes(x: torch.Tensor) -> torch.Tensor:
-    """float32 `[n]` -> the two little-endian bytes of GGML_FP32_TO_FP16 (round to nearest even), `[n, 2]`."""
-    return _u16_bytes(x.to(torch.float16).view(torch.int16).to(torch.int32))
+    """float32 `[n]` -> the two little-endian bytes of GGML_FP32_TO_FP16 (round to nearest even), `[n, 2]`.
+
+    A NaN scale (IQ4_NL's least-squares d on inputs whose squares overflow) is x86's default NaN in C,
+    stored as 0xFE00; CUDA's NaN is positive, so NaN is written as 0xFE00 explicitly."""
+    h = x.to(torch.float16).view(torch.int16).to(torch.int32)
+    return _u16_bytes(torch.where(torch.isnan(x), torch.full_like(h, 0xFE00), h))
 
 
 def _u16_bytes(v: torch.Tensor) -> torch.Tensor:
@@ -206,10 +214,11 @@ def _make_qkx2_quants(x, w, nmax: int, rmin: float, rdelta: float, nstep: int, u
     """Scale/min search of the "type-1" K-quants (Q2_K, Q4_K, Q5_K): llama.cpp's make_qkx2_quants.
 
     Codes l in [0, nmax] with x ~ scale*l - the_min. Starts from the min/max fit, then tries the
-    iscales (rmin + rdelta*is + nmax)/(max - min), is = 0..nstep (min being the best fit's so far), each time solving the weighted least
-    squares for (scale, min) and keeping it when its weighted error (squared, or absolute with
-    use_mad) is strictly lower. Returns (L int32 [n, blocks], scale [blocks], the_min [blocks])."""
-    sum_w = w[0] + 0.0
+    iscales (rmin + rdelta*is + nmax)/(max - min), is = 0..nstep (min being the best fit's so far),
+    each time solving the weighted least squares for (scale, min) and keeping it when its weighted
+    error (squared, or absolute with use_mad) is strictly lower.
+    Returns (L int32 [n, blocks], scale [blocks], the_min [blocks])."""
+    sum_w = w[0].clone()
     sum_x = sum_w * x[0]
     for i in range(1, x.shape[0]):
         sum_w = sum_w + w[i]
@@ -433,14 +442,26 @@ def _quantize_mxfp4(x: torch.Tensor) -> torch.Tensor:
     # GGML_E8M0_TO_FP32_HALF(e) = 2**(e-128), denormal for e < 2.
     bits = torch.where(e < 2, torch.full_like(e, 0x00200000) << e.clamp(max=1), (e - 1) << 23).to(torch.int32)
     d = bits.view(torch.float32)[:, None]
-    best_idx = torch.zeros_like(x, dtype=torch.int64)
-    best_err = (_KVALUES_MXFP4[0] * d - x).abs()
-    for i, k in enumerate(_KVALUES_MXFP4[1:], start=1):
-        err = (float(k) * d - x).abs()
-        better = err < best_err
-        best_idx = torch.where(better, i, best_idx)
-        best_err = torch.where(better, err, best_err)
-    return torch.cat([e.to(torch.uint8)[:, None], _pack_nibbles(best_idx)], dim=1)
+    # best_index_mxfp4 scans the 16 codes for the smallest |k*d - x|, keeping the first on ties: the
+    # non-negative codes 0..7 come first, so x >= 0 gets the nearest magnitude (ties to the smaller) and
+    # x < 0 the same magnitude's negative code (8 + i), except that 0 stays code 0. d is a power of two,
+    # so a = |x|/d is exact, and near a midpoint both float32 differences are exact too (Sterbenz): the
+    # scan equals counting the midpoints 0.5, 1.5, 2.5, 3.5, 5, 7, 10 that a strictly exceeds, which
+    # ceil(2a) decides.
+    a2 = torch.ceil(_div(x.abs(), d.expand_as(x)) * 2.0).clamp(0, _MXFP4_KEYS - 1).to(torch.int32)
+    mag = _mxfp4_table(x.device).index_select(0, a2.reshape(-1)).reshape(x.shape)
+    q = torch.where((x < 0) & (mag > 0), mag + 8, mag)
+    return torch.cat([e.to(torch.uint8)[:, None], _pack_nibbles(q)], dim=1)
+
+
+_MXFP4_KEYS = 26
+
+
+def _mxfp4_table(device: torch.device) -> torch.Tensor:
+    """Code of the nearest non-negative e2m1 magnitude for each key ceil(2|x|/d) (ties to the smaller)."""
+    mags = _KVALUES_MXFP4[:8]
+    mids2 = [a + b for a, b in zip(mags, mags[1:])]  # 2 * midpoints: 1, 3, 5, 7, 10, 14, 20
+    return torch.tensor([sum(k > m for m in mids2) for k in range(_MXFP4_KEYS)], dtype=torch.int64, device=device)
 
 
 def _quantize_iq4_nl(x: torch.Tensor) -> torch.Tensor:
@@ -609,8 +630,8 @@ def _quantize_iq4_xs(x: torch.Tensor) -> torch.Tensor:
     l = l + 32
     scales_l = ((l[:, 0::2] & 0xF) | ((l[:, 1::2] & 0xF) << 4)).to(torch.uint8)
     scales_h = sum((l[:, j] >> 4) << (2 * j) for j in range(8))
-    return torch.cat([_fp16_bytes(d), _u16_bytes(scales_h), scales_l, _pack_nibbles(q.reshape(-1, 32)).reshape(nb, 128)],
-                     dim=1)
+    qs = _pack_nibbles(q.reshape(-1, 32)).reshape(nb, 128)
+    return torch.cat([_fp16_bytes(d), _u16_bytes(scales_h), scales_l, qs], dim=1)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -692,11 +713,11 @@ def quantize(weight: torch.Tensor, quant_type: str | int | GgmlType) -> torch.Te
     row_bytes = t.row_bytes(cols)
     if weight.numel() == 0:
         return torch.empty((*lead, row_bytes), dtype=torch.uint8, device=weight.device)
-    x = weight.detach().reshape(-1, cols).to(torch.float32)
+    x = weight.detach().reshape(-1, cols).to(torch.float32).contiguous()
     if t.name in _FLOAT_WRITERS:
         return writer(x).reshape(*lead, row_bytes)
     blocks = x.reshape(-1, t.block_size)
-    step = max(1, _CHUNK_ELEMENTS // t.block_size)
+    step = max(1, _CHUNK_ELEMENTS.get(x.device.type, _CHUNK_ELEMENTS_DEFAULT) // t.block_size)
     out = [writer(blocks[i:i + step]) for i in range(0, blocks.shape[0], step)]
     packed = out[0] if len(out) == 1 else torch.cat(out)
     return packed.reshape(*lead, row_bytes)

@@ -1,0 +1,246 @@
+"""Packed GGUF matmul on the GPU: time, weight GB/s and TFLOP/s for the shapes of ANCHORS.md.
+
+    GGUF_QUANT_KERNELS=<build dir> python benchmarks/bench_matmul.py [--quick] [--out FILE.md]
+        [--llama FILE.json]
+
+Weights are random valid blocks, rotated over more than 2 GB of copies (so L2 never holds
+them), each timed call captured in a CUDA graph, replayed; the median replay time over the
+copies is reported. GB/s counts packed weight bytes once per call; TFLOP/s counts 2*M*N*K.
+llama.cpp's figures come from `--llama` (a JSON written in the same run by
+benchmarks/llama_mm_bench) when given, otherwise from ANCHORS.md (another day: compare ratios
+with care).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+DEV = torch.device("cuda")
+DENSE_SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096), (4096, 1024), (4096, 128256)]
+MS = [1, 2, 4, 8, 16, 64, 512, 2048]
+TYPES = ["Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q8_0", "MXFP4", "IQ4_XS"]
+# (name, K, N, experts, top_k)
+MOE_SHAPES = [("qwen3-30b-a3b gate", 2048, 768, 128, 8), ("gpt-oss-20b gate", 2880, 2880, 32, 4)]
+MOE_TS = [1, 8, 32, 512]
+ROTATE_BYTES = 2.2e9
+
+_HALF_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
+                "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0]}
+
+# llama.cpp on this H200 (ANCHORS.md, Nov 2026): microseconds per call.
+def _anchors() -> dict:
+    a = {}
+    m1 = {"Q4_0": (17.3, 7.0, 3.7), "Q4_K": (19.6, 7.8, 4.0), "Q5_K": (21.5, 8.3, 4.1), "Q6_K": (31.1, 11.3, 5.8),
+          "Q8_0": (23.1, 8.8, 4.4), "MXFP4": (21.3, 8.3, 4.1), "IQ4_XS": (18.6, 7.9, 4.4), "BF16": (32.8, 11.0, 4.1)}
+    gbs_14336 = {"Q4_0": 2125, "Q4_K": 1916, "Q5_K": 2061, "Q6_K": 1687, "Q8_0": 2732, "MXFP4": 1506,
+                 "IQ4_XS": 2017, "BF16": 3889}
+    m8 = {"Q4_0": 35.0, "Q4_K": 71.3, "Q5_K": 73.5, "Q6_K": 62.1, "Q8_0": 44.4, "MXFP4": 41.4, "IQ4_XS": 39.8,
+          "BF16": 33.7}
+    for t, (u1, u2, u3) in m1.items():
+        a[("dense", t, 4096, 14336, 1)] = u1
+        a[("dense", t, 4096, 4096, 1)] = u2
+        a[("dense", t, 4096, 1024, 1)] = u3
+        a[("dense", t, 14336, 4096, 1)] = weight_bytes(t, 4096, 14336) / gbs_14336[t] / 1e3
+        a[("dense", t, 4096, 14336, 8)] = m8[t]
+    flop512 = 2 * 512 * 4096 * 14336
+    for t, tf in {"Q4_0": 188, "Q4_K": 164, "Q8_0": 191, "BF16": 445}.items():
+        a[("dense", t, 4096, 14336, 512)] = flop512 / tf / 1e6
+    a[("dense", "Q6_K", 4096, 128256, 1)] = 248.0
+    a[("dense", "Q8_0", 4096, 128256, 1)] = 184.0
+    a[("dense", "Q4_K", 4096, 14336, 16)] = 37.8
+    for t_, us in {1: 7.8, 8: 25.0, 32: 141.0, 512: 335.0}.items():
+        a[("moe", "Q4_K", 2048, 768, t_)] = us
+    a[("moe", "Q8_0", 2048, 768, 512)] = 311.0
+    a[("moe", "MXFP4", 2880, 2880, 1)] = 16.2
+    a[("moe", "MXFP4", 2880, 2880, 512)] = 421.0
+    return a
+
+
+def qid(name: str) -> int:
+    return int(GGMLQuantizationType[name])
+
+
+def weight_bytes(name: str, K: int, N: int) -> int:
+    if name in ("BF16", "F16"):
+        return 2 * K * N
+    bs, ts = GGML_QUANT_SIZES[GGMLQuantizationType[name]]
+    return N * (K // bs) * ts
+
+
+def random_weights(name: str, shape: tuple[int, ...], K: int) -> torch.Tensor:
+    """uint8 [*shape, row_bytes] of random valid blocks (sane fp16 scales), made on the GPU."""
+    if name in ("BF16", "F16"):
+        return (torch.randn(*shape, K, device=DEV) * 0.02).to(torch.bfloat16)
+    bs, ts = GGML_QUANT_SIZES[GGMLQuantizationType[name]]
+    nb = K // bs
+    raw = torch.randint(0, 256, (*shape, nb, ts), dtype=torch.uint8, device=DEV)
+    if name == "MXFP4":
+        raw[..., 0] = torch.randint(118, 134, raw.shape[:-1], dtype=torch.uint8, device=DEV)
+    for off in _HALF_FIELDS.get(name, []):
+        h = (torch.randn(raw.shape[:-1], device=DEV) * 0.01).half()
+        raw[..., off : off + 2] = h.view(torch.uint8).reshape(*raw.shape[:-1], 2)
+    return raw.reshape(*shape, nb * ts)
+
+
+def copies_for(nbytes: int, cap: int = 256) -> int:
+    return max(2, min(cap, math.ceil(ROTATE_BYTES / nbytes)))
+
+
+def time_calls(calls, reps: int = 15) -> float:
+    """Median microseconds per call: all calls captured in one CUDA graph, replayed `reps` times."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for c in calls:
+            c()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for c in calls:
+            c()
+    g.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(calls))
+    del g
+    times.sort()
+    return times[len(times) // 2]
+
+
+def copy_bandwidth() -> float:
+    a = torch.empty(int(2e9), dtype=torch.uint8, device=DEV)
+    b = torch.empty_like(a)
+    us = time_calls([lambda: b.copy_(a)], reps=10)
+    del a, b
+    return 2 * 2e9 / us / 1e3  # GB/s, read + write
+
+
+def bench_dense(kmod, name: str, K: int, N: int, ms: list[int], bf16_ref: bool = False) -> list[dict]:
+    rows = []
+    nbytes = weight_bytes(name, K, N)
+    C = copies_for(nbytes)
+    ws = [random_weights(name, (N,), K) for _ in range(C)]
+    for M in ms:
+        x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+        c = C if M <= 64 else min(C, 4)
+        if name == "BF16":
+            calls = [lambda w=w: torch.matmul(x, w.T) for w in ws[:c]]
+        else:
+            q = qid(name)
+            calls = [lambda w=w: kmod.matmul(x, w, q) for w in ws[:c]]
+        us = time_calls(calls)
+        rows.append(dict(kind="dense", type=name, K=K, N=N, M=M, us=us, gbs=nbytes / us / 1e3,
+                         tflops=2 * M * N * K / us / 1e6))
+    del ws
+    torch.cuda.empty_cache()
+    return rows
+
+
+def bench_moe(kmod, name: str, label: str, K: int, N: int, E: int, top_k: int, ts: list[int]) -> list[dict]:
+    rows = []
+    nbytes = weight_bytes(name, K, N) * E
+    C = copies_for(nbytes, cap=64)
+    ws = [random_weights(name, (E, N), K) for _ in range(C)]
+    q = qid(name)
+    for T in ts:
+        x = torch.randn(T, K, device=DEV, dtype=torch.bfloat16)
+        ids = torch.rand(T, E, device=DEV).argsort(dim=1)[:, :top_k].contiguous()
+        c = C if T <= 64 else min(C, 4)
+        us = time_calls([lambda w=w: kmod.moe_matmul(x, w, ids, q) for w in ws[:c]])
+        hit = min(E, T * top_k)  # experts touched, at most (bytes read, roughly)
+        rows.append(dict(kind="moe", type=name, K=K, N=N, M=T, us=us,
+                         gbs=weight_bytes(name, K, N) * hit / us / 1e3,
+                         tflops=2 * T * top_k * N * K / us / 1e6, label=f"{label} x{E} top-{top_k}"))
+    del ws
+    torch.cuda.empty_cache()
+    return rows
+
+
+def fmt_table(rows: list[dict], llama: dict, llama_src: str) -> str:
+    out = [f"| kind | type | K -> N | M | ours us | weight GB/s | TFLOP/s | llama.cpp us ({llama_src}) | llama / ours |",
+           "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        key = (r["kind"], r["type"], r["K"], r["N"], r["M"])
+        ll = llama.get(key)
+        shape = f"{r['K']} -> {r['N']}" + (f" ({r['label']})" if r.get("label") else "")
+        ll_s = "" if ll is None else f"{ll:.1f}"
+        ratio = "" if ll is None else f"{ll / r['us']:.2f}x"
+        out.append(f"| {r['kind']} | {r['type']} | {shape} | {r['M']} | {r['us']:.1f} | {r['gbs']:.0f} | "
+                   f"{r['tflops']:.1f} | {ll_s} | {ratio} |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="M=1 and 8 on the 4096-wide shapes only")
+    p.add_argument("--types", default=",".join(TYPES))
+    p.add_argument("--ms", default=",".join(map(str, MS)))
+    p.add_argument("--no-moe", action="store_true")
+    p.add_argument("--bf16", action="store_true", help="also time bf16 weights through cuBLAS")
+    p.add_argument("--llama", default=None, help="JSON of llama.cpp timings measured in the same run")
+    p.add_argument("--out", default=None, help="also write the table (markdown) here")
+    args = p.parse_args(argv)
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+    from gguf_quant import kernel_loader
+
+    kmod = kernel_loader.kernel_module()
+    if kmod is None:
+        print("no kernel build found: set GGUF_QUANT_KERNELS", file=sys.stderr)
+        return 1
+    types = args.types.split(",")
+    ms = [int(m) for m in args.ms.split(",")]
+    llama, llama_src = _anchors(), "ANCHORS.md"
+    if args.llama and os.path.exists(args.llama):
+        with open(args.llama) as f:
+            llama = {tuple(json.loads(k)): v for k, v in json.load(f).items()}
+        llama_src = "same run"
+
+    props = torch.cuda.get_device_properties(0)
+    header = (f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}, "
+              f"kernels from {kernel_loader.kernel_source()}; device copy {copy_bandwidth():.0f} GB/s")
+    print(header, flush=True)
+    t0 = time.time()
+    rows = []
+    shapes = DENSE_SHAPES if not args.quick else [(4096, 14336), (4096, 4096)]
+    for name in types + (["BF16"] if args.bf16 else []):
+        for K, N in shapes:
+            sel = ms if not args.quick else [1, 8]
+            if (K, N) != (4096, 14336) and not args.quick:
+                # full M sweep on the main shape; decode sizes elsewhere
+                sel = [m for m in ms if m in (1, 8, 512)] if name in ("Q4_K", "Q8_0", "Q4_0") else [1, 8]
+            if N == 128256 and name not in ("Q6_K", "Q8_0", "Q4_K", "BF16"):
+                continue
+            rows += bench_dense(kmod, name, K, N, sel)
+            print(f"  {name} {K}->{N} done ({time.time() - t0:.0f}s)", flush=True)
+    if not args.no_moe:
+        for label, K, N, E, k in MOE_SHAPES:
+            for name in (["Q4_K", "Q8_0"] if E == 128 else ["MXFP4"]):
+                if name in types:
+                    rows += bench_moe(kmod, name, label, K, N, E, k, MOE_TS if not args.quick else [1, 8])
+    table = fmt_table(rows, llama, llama_src)
+    print(header)
+    print(table)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(f"# bench_matmul\n\n{header}\n\n{table}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""The CUDA kernels against the pure-torch path, on fresh random blocks (GPU only).
+
+Needs a CUDA device and a kernel build the loader can find (`GGUF_QUANT_KERNELS=<dir>` after
+`python -m gguf_quant.build_kernels`, or the Hub); skipped otherwise.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402
+
+from gguf_quant import kernel_loader  # noqa: E402
+
+KMOD = kernel_loader.kernel_module()
+if KMOD is None:
+    pytest.skip("no GGUF kernel build found (build one and set GGUF_QUANT_KERNELS)", allow_module_level=True)
+
+TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4"]
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+TOL = {torch.bfloat16: 1e-2, torch.float16: 1e-2, torch.float32: 1e-3}
+DEV = torch.device("cuda")
+
+# Offsets of the fp16 scale fields in each block (ggml-common.h): random bytes there could be
+# inf/NaN, so they get sane random values; every other byte stays random.
+_HALF_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
+                "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0]}
+
+
+def qid(name: str) -> int:
+    return int(GGMLQuantizationType[name])
+
+
+def block_of(name: str) -> tuple[int, int]:
+    return GGML_QUANT_SIZES[GGMLQuantizationType[name]]
+
+
+def random_packed(name: str, shape: tuple[int, ...], cols: int, rng: np.random.Generator) -> torch.Tensor:
+    """Random valid blocks for a [*shape, cols] weight, as uint8 [*shape, row_bytes] on the GPU."""
+    bs, ts = block_of(name)
+    nb = cols // bs
+    rows = int(np.prod(shape))
+    raw = rng.integers(0, 256, size=(rows, nb, ts), dtype=np.uint8)
+    if name == "MXFP4":
+        raw[:, :, 0] = rng.integers(118, 134, size=(rows, nb))
+    for off in _HALF_FIELDS.get(name, []):
+        h = (rng.standard_normal((rows, nb)) * 0.01).astype(np.float16)
+        raw[:, :, off : off + 2] = h.view(np.uint8).reshape(rows, nb, 2)
+    return torch.from_numpy(raw.reshape(*shape, nb * ts)).to(DEV)
+
+
+def ref_dequant(packed: torch.Tensor, name: str) -> torch.Tensor:
+    """fp32 reference: the project's pure-torch dequantizer, or gguf-py's numpy one."""
+    try:
+        from gguf_quant.ggml import dequantize
+    except ImportError:
+        dequantize = None
+    if dequantize is not None:
+        return dequantize(packed, qid(name), torch.float32).float()
+    from gguf.quants import dequantize as np_dequant
+
+    bs, ts = block_of(name)
+    flat = packed.reshape(-1, packed.shape[-1]).cpu().numpy()
+    out = np_dequant(flat, GGMLQuantizationType[name]).reshape(*packed.shape[:-1], packed.shape[-1] // ts * bs)
+    return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32)).to(packed.device)
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    assert torch.isfinite(out).all(), "non-finite output"
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def k_for(name: str, odd: bool = False) -> int:
+    """A K that is awkward for the kernel: not a multiple of its 512-element chunk; for 32-element
+    blocks with `odd`, not even a multiple of 64."""
+    bs, _ = block_of(name)
+    if bs == 256:
+        return 1280
+    if name == "MXFP4" and not odd:
+        return 2880
+    return 1056 if odd else 1600
+
+
+@pytest.fixture
+def rng(request):
+    seed = abs(hash(request.node.name)) % (2**32)
+    return np.random.default_rng(seed)
+
+
+# --- dequantize / get_rows --------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", TYPES)
+def test_dequantize(name, dtype, rng):
+    for K in sorted({k_for(name), k_for(name, odd=True)}):
+        packed = random_packed(name, (37,), K, rng)
+        ref = ref_dequant(packed, name)
+        out = KMOD.dequantize(packed, qid(name), dtype)
+        assert out.shape == (37, K) and out.dtype == dtype
+        if dtype == torch.float32:
+            torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-7)
+        else:
+            torch.testing.assert_close(out.float(), ref.to(dtype).float(), rtol=1e-2, atol=1e-6)
+
+
+@pytest.mark.parametrize("idtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize("name", TYPES)
+def test_get_rows(name, idtype, rng):
+    K = k_for(name)
+    packed = random_packed(name, (50,), K, rng)
+    ids = torch.from_numpy(rng.integers(0, 50, size=(3, 7))).to(DEV, idtype)
+    ref = ref_dequant(packed, name)[ids.long()]
+    out = KMOD.get_rows(packed, ids, qid(name), torch.bfloat16)
+    assert out.shape == (3, 7, K)
+    torch.testing.assert_close(out.float(), ref.to(torch.bfloat16).float(), rtol=1e-2, atol=1e-6)
+
+
+# --- matmul -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("M", [1, 3, 8, 13, 40])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", TYPES)
+def test_matmul(name, dtype, M, rng):
+    for K in sorted({k_for(name), k_for(name, odd=True)}):
+        N = 1000  # not a multiple of the 16 rows a CTA owns
+        packed = random_packed(name, (N,), K, rng)
+        w = ref_dequant(packed, name).double()
+        x = torch.randn(M, K, device=DEV, dtype=dtype)
+        ref = x.double() @ w.T
+        out = KMOD.matmul(x, packed, qid(name))
+        assert out.shape == (M, N) and out.dtype == dtype
+        err = rel_err(out, ref)
+        assert err <= TOL[dtype], f"{name} {dtype} M={M} K={K}: rel err {err:.2e}"
+
+
+def test_matmul_batched_leading_dims(rng):
+    packed = random_packed("Q4_K", (64,), 512, rng)
+    x = torch.randn(2, 3, 512, device=DEV, dtype=torch.bfloat16)
+    out = KMOD.matmul(x, packed, qid("Q4_K"))
+    ref = x.double() @ ref_dequant(packed, "Q4_K").double().T
+    assert out.shape == (2, 3, 64)
+    assert rel_err(out, ref) <= 1e-2
+
+
+def test_matmul_unaligned_inputs(rng):
+    """Views whose data pointer is not 16-byte aligned are copied, not misread."""
+    K = 2880
+    base = random_packed("MXFP4", (33,), K, rng)
+    flat = torch.cat([torch.zeros(1, dtype=torch.uint8, device=DEV), base.reshape(-1)])
+    packed = flat[1:].view(33, -1)
+    xbase = torch.randn(2 * K + 1, device=DEV, dtype=torch.bfloat16)
+    x = xbase[1:].view(2, K)
+    out = KMOD.matmul(x, packed, qid("MXFP4"))
+    ref = x.double() @ ref_dequant(base, "MXFP4").double().T
+    assert rel_err(out, ref) <= 1e-2
+
+
+# --- moe_matmul -------------------------------------------------------------------------------
+
+def moe_ref(x, w, ids):
+    T, k = ids.shape
+    rows = x.unsqueeze(1).expand(T, k, x.shape[-1]) if x.dim() == 2 else x
+    out = torch.empty(T, k, w.shape[1], dtype=torch.float64, device=x.device)
+    for t in range(T):
+        for s in range(k):
+            out[t, s] = rows[t, s].double() @ w[ids[t, s]].T
+    return out
+
+
+@pytest.mark.parametrize("T", [1, 3, 9, 40])
+@pytest.mark.parametrize("x3d", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K", "IQ4_XS", "MXFP4", "Q2_K", "Q5_1"])
+def test_moe_matmul(name, dtype, x3d, T, rng):
+    E, N, top_k = 8, 200, 4
+    K = k_for(name)
+    packed = random_packed(name, (E, N), K, rng)
+    w = ref_dequant(packed, name).double()
+    ids = torch.from_numpy(np.argsort(rng.random((T, E)), axis=1)[:, :top_k].copy()).to(DEV)
+    if T == 9:
+        ids = ids.int()
+    x = torch.randn((T, top_k, K) if x3d else (T, K), device=DEV, dtype=dtype)
+    out = KMOD.moe_matmul(x, packed, ids, qid(name))
+    assert out.shape == (T, top_k, N) and out.dtype == dtype
+    err = rel_err(out, moe_ref(x, w, ids))
+    assert err <= TOL[dtype], f"rel err {err:.2e}"
+
+
+def test_moe_matmul_skewed_routing(rng):
+    """Every token on the same experts: chunks of 8 pairs, many per expert."""
+    E, N, K, T, top_k = 16, 96, 512, 70, 2
+    packed = random_packed("Q4_K", (E, N), K, rng)
+    ids = torch.tensor([[3, 11]] * T, device=DEV)
+    x = torch.randn(T, K, device=DEV, dtype=torch.bfloat16)
+    out = KMOD.moe_matmul(x, packed, ids, qid("Q4_K"))
+    assert rel_err(out, moe_ref(x, ref_dequant(packed, "Q4_K").double(), ids)) <= 1e-2
+
+
+# --- torch.library contracts, compile, CUDA graphs --------------------------------------------
+
+def test_opcheck(rng):
+    packed = random_packed("Q4_K", (48,), 512, rng)
+    moe = random_packed("Q8_0", (4, 48), 512, rng)
+    x = torch.randn(3, 512, device=DEV, dtype=torch.bfloat16)
+    ids = torch.tensor([[0, 2], [1, 3], [3, 0]], device=DEV)
+    q4k, q80 = qid("Q4_K"), qid("Q8_0")
+    torch.library.opcheck(KMOD.ops.dequantize, (packed, q4k, torch.bfloat16))
+    torch.library.opcheck(KMOD.ops.get_rows, (packed, ids, q4k, torch.float32))
+    torch.library.opcheck(KMOD.ops.matmul, (x, packed, q4k))
+    torch.library.opcheck(KMOD.ops.moe_matmul, (x, moe, ids, q80))
+
+
+def test_kernel_op_table():
+    assert kernel_loader.kernel_op("matmul", qid("Q4_K"), DEV) is not None
+    assert kernel_loader.kernel_op("matmul", qid("Q4_K"), torch.device("cpu")) is None
+    assert kernel_loader.kernel_op("matmul", int(GGMLQuantizationType.IQ2_XXS), DEV) is None
+    assert kernel_loader.kernel_op("quantize", qid("Q4_K"), DEV) is None
+
+
+@pytest.fixture
+def gq_ops():
+    return pytest.importorskip("gguf_quant.ops")
+
+
+def test_compile_fullgraph_through_gguf_ops(gq_ops, rng):
+    packed = random_packed("Q4_K", (256,), 1024, rng)
+    moe = random_packed("Q6_K", (8, 128), 256, rng)
+    q4k, q6k = qid("Q4_K"), qid("Q6_K")
+
+    def f(x, ids):
+        h = gq_ops.matmul(x, packed, q4k)
+        e = gq_ops.moe_matmul(h[:, :256].contiguous(), moe, ids, q6k)
+        return h.sum() + e.float().sum(), gq_ops.get_rows(packed, ids, q4k, torch.bfloat16)
+
+    cf = torch.compile(f, fullgraph=True)
+    for T in (1, 5):
+        x = torch.randn(T, 1024, device=DEV, dtype=torch.bfloat16)
+        ids = torch.from_numpy(np.argsort(rng.random((T, 8)), axis=1)[:, :2].copy()).to(DEV)
+        a, b = f(x, ids), cf(x, ids)
+        torch.testing.assert_close(a[0].float(), b[0].float(), rtol=1e-2, atol=1e-1)
+        torch.testing.assert_close(a[1], b[1])
+
+
+def test_compile_reduce_overhead_replays_fresh_inputs(gq_ops, rng):
+    packed = random_packed("Q4_0", (512,), 2048, rng)
+    moe = random_packed("MXFP4", (16, 64), 2048, rng)
+    q40, fp4 = qid("Q4_0"), qid("MXFP4")
+
+    def f(x, ids):
+        return gq_ops.matmul(x, packed, q40), gq_ops.moe_matmul(x, moe, ids, fp4)
+
+    cf = torch.compile(f, mode="reduce-overhead", fullgraph=True)
+    for _ in range(5):  # warm-up, record, then replays: each on new data
+        x = torch.randn(4, 2048, device=DEV, dtype=torch.bfloat16)
+        ids = torch.from_numpy(np.argsort(rng.random((4, 16)), axis=1)[:, :4].copy()).to(DEV)
+        ref = f(x, ids)
+        got = cf(x, ids)
+        for r, g in zip(ref, got):
+            assert rel_err(g, r.double()) <= 1e-3
