@@ -123,7 +123,7 @@ def time_calls(calls, reps: int = 15) -> float:
 
 
 def copy_bandwidth() -> float:
-    a = torch.empty(int(2e9), dtype=torch.uint8, device=DEV)
+    a = torch.empty(int(5e8), dtype=torch.float32, device=DEV)
     b = torch.empty_like(a)
     us = time_calls([lambda: b.copy_(a)], reps=10)
     del a, b
@@ -171,6 +171,46 @@ def bench_moe(kmod, name: str, label: str, K: int, N: int, E: int, top_k: int, t
     return rows
 
 
+def make_plan(types: list[str], ms: list[int], quick: bool, moe: bool) -> list[tuple]:
+    """(kind, type, K, N, Ms, extra) to run: the full M sweep on 4096 -> 14336, decode sizes and
+    M=512 elsewhere, the output projection for the types llama.cpp uses there, MoE gate shapes."""
+    plan = []
+    for name in types:
+        for K, N in DENSE_SHAPES:
+            if quick:
+                if (K, N) in ((4096, 14336), (4096, 4096)):
+                    plan.append(("dense", name, K, N, [1, 8], None))
+                continue
+            if (K, N) == (4096, 14336):
+                sel = ms if name in ("Q4_0", "Q4_K", "Q8_0", "BF16") else [m for m in ms if m in (1, 8, 16, 512)]
+            elif N == 128256:
+                if name not in ("Q4_K", "Q6_K", "Q8_0", "BF16"):
+                    continue
+                sel = [m for m in ms if m in (1, 8)]
+            else:
+                sel = [m for m in ms if m in ((1, 8, 512) if name in ("Q4_0", "Q4_K", "Q8_0") else (1, 8))]
+            plan.append(("dense", name, K, N, sel, None))
+    if moe:
+        for label, K, N, E, k in MOE_SHAPES:
+            for name in (["Q4_K", "Q8_0"] if E == 128 else ["MXFP4"]):
+                if name in types:
+                    plan.append(("moe", name, K, N, [1, 8] if quick else MOE_TS, (label, E, k)))
+    return plan
+
+
+def read_llama(path: str) -> dict:
+    """llama_mm_bench's JSON; a run cut short leaves it unterminated, so read it line by line."""
+    import re
+
+    out = {}
+    with open(path) as f:
+        for line in f:
+            m = re.match(r'\s*"(\[.*\])": ([0-9.eE+-]+)', line)
+            if m:
+                out[tuple(json.loads(m.group(1).replace('\\"', '"')))] = float(m.group(2))
+    return out
+
+
 def fmt_table(rows: list[dict], llama: dict, llama_src: str) -> str:
     out = [f"| kind | type | K -> N | M | ours us | weight GB/s | TFLOP/s | llama.cpp us ({llama_src}) | llama / ours |",
            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -194,22 +234,43 @@ def main(argv=None) -> int:
     p.add_argument("--bf16", action="store_true", help="also time bf16 weights through cuBLAS")
     p.add_argument("--llama", default=None, help="JSON of llama.cpp timings measured in the same run")
     p.add_argument("--out", default=None, help="also write the table (markdown) here")
+    p.add_argument("--emit-cases", default=None, help="write the cases for llama_mm_bench and exit")
+    p.add_argument("--save-rows", default=None, help="also save the measured rows (JSON)")
+    p.add_argument("--load-rows", default=None, help="print the table of saved rows (with --llama) and exit")
     args = p.parse_args(argv)
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
     from gguf_quant import kernel_loader
 
-    kmod = kernel_loader.kernel_module()
-    if kmod is None:
+    kmod = kernel_loader.kernel_module() if not (args.emit_cases or args.load_rows) else None
+    if kmod is None and not (args.emit_cases or args.load_rows):
         print("no kernel build found: set GGUF_QUANT_KERNELS", file=sys.stderr)
         return 1
     types = args.types.split(",")
     ms = [int(m) for m in args.ms.split(",")]
+    plan = make_plan(types + (["BF16"] if args.bf16 else []), ms, args.quick, not args.no_moe)
+    if args.emit_cases:
+        with open(args.emit_cases, "w") as f:
+            for kind, name, K, N, sel, extra in plan:
+                if name == "BF16":
+                    continue
+                for m in sel:
+                    f.write(f"{kind} {name} {K} {N} {m}" + (f" {extra[1]} {extra[2]}" if kind == "moe" else "") + "\n")
+        return 0
     llama, llama_src = _anchors(), "ANCHORS.md"
     if args.llama and os.path.exists(args.llama):
-        with open(args.llama) as f:
-            llama = {tuple(json.loads(k)): v for k, v in json.load(f).items()}
-        llama_src = "same run"
+        llama, llama_src = read_llama(args.llama), "same run"
+    if args.load_rows:
+        with open(args.load_rows) as f:
+            saved = json.load(f)
+        header, rows = saved["header"], saved["rows"]
+        table = fmt_table(rows, llama, llama_src)
+        print(header)
+        print(table)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(f"# bench_matmul\n\n{header}\n\n{table}\n")
+        return 0
 
     props = torch.cuda.get_device_properties(0)
     header = (f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}, "
@@ -217,22 +278,15 @@ def main(argv=None) -> int:
     print(header, flush=True)
     t0 = time.time()
     rows = []
-    shapes = DENSE_SHAPES if not args.quick else [(4096, 14336), (4096, 4096)]
-    for name in types + (["BF16"] if args.bf16 else []):
-        for K, N in shapes:
-            sel = ms if not args.quick else [1, 8]
-            if (K, N) != (4096, 14336) and not args.quick:
-                # full M sweep on the main shape; decode sizes elsewhere
-                sel = [m for m in ms if m in (1, 8, 512)] if name in ("Q4_K", "Q8_0", "Q4_0") else [1, 8]
-            if N == 128256 and name not in ("Q6_K", "Q8_0", "Q4_K", "BF16"):
-                continue
+    for kind, name, K, N, sel, extra in plan:
+        if kind == "dense":
             rows += bench_dense(kmod, name, K, N, sel)
-            print(f"  {name} {K}->{N} done ({time.time() - t0:.0f}s)", flush=True)
-    if not args.no_moe:
-        for label, K, N, E, k in MOE_SHAPES:
-            for name in (["Q4_K", "Q8_0"] if E == 128 else ["MXFP4"]):
-                if name in types:
-                    rows += bench_moe(kmod, name, label, K, N, E, k, MOE_TS if not args.quick else [1, 8])
+        else:
+            rows += bench_moe(kmod, name, extra[0], K, N, extra[1], extra[2], sel)
+        print(f"  {kind} {name} {K}->{N} done ({time.time() - t0:.0f}s)", flush=True)
+    if args.save_rows:
+        with open(args.save_rows, "w") as f:
+            json.dump({"header": header, "rows": rows}, f)
     table = fmt_table(rows, llama, llama_src)
     print(header)
     print(table)

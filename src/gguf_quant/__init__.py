@@ -5,6 +5,7 @@
 """
 from .config import GgufQuantizeConfig
 from .ggml import dequantize
+from .gguf_io.writer import save_gguf
 from .modules import GgufEmbedding, GgufExperts, GgufLinear
 from .quantizer import GGUFQuantizer
 from .registration import register
@@ -16,6 +17,7 @@ __all__ = [
     "GgufEmbedding",
     "GgufExperts",
     "dequantize",
+    "save_gguf",
     "register",
 ]
 

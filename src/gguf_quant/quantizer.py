@@ -13,7 +13,9 @@ import torch
 from transformers.quantizers.base import HfQuantizer
 
 from . import archs
-from .archs.conversions import NormPlusOne, Unpack
+from .archs.conversions import NormPlusOne, Quantize, Unpack
+from .ggml.types import ggml_type
+from .mixes import model_types
 from .config import GgufQuantizeConfig
 from .gguf_io.reader import GgufFile, read_gguf
 from .packing import PackingReport, swap_modules
@@ -41,6 +43,7 @@ class GGUFQuantizer(HfQuantizer):
         self.dtype: torch.dtype | None = None
         self.transforms: list = []
         self.report = PackingReport()
+        self.to_quantize: dict[str, str] = {}  # parameter -> ggml type, for quantizing on load
         self._started = time.perf_counter()
 
     # --- reading the file ---------------------------------------------------------------------
@@ -89,7 +92,10 @@ class GGUFQuantizer(HfQuantizer):
         return self.dtype
 
     def _process_model_before_weight_loading(self, model, **kwargs) -> None:
-        if self.gguf is None or self.legacy:
+        if self.legacy:
+            return
+        if self.gguf is None:
+            self._swap_for_checkpoint(model)
             return
         self._plan = plan = archs.plan_tensors(model, self.gguf)
         # Each parameter's quantized sources and their types (a fused expert gate_up has two).
@@ -112,6 +118,33 @@ class GGUFQuantizer(HfQuantizer):
         self.report.source = str(self.gguf.path)
         self.transforms = archs.weight_transforms(plan, unpack, self.dtype)
 
+    def _swap_for_checkpoint(self, model) -> None:
+        """A float checkpoint quantized as it loads, or a saved packed one reloaded."""
+        cfg = self.quantization_config
+        if self.pre_quantized:
+            if not cfg.module_types:
+                raise ValueError("gguf_quant: this checkpoint's quantization_config lists no packed modules (module_types)")
+            types = dict(cfg.module_types)
+            source = "saved packed checkpoint"
+        elif cfg.quant_type:
+            from .archs.export import gguf_arch
+
+            types = model_types(model, cfg.quant_type, gguf_arch(model.config))
+            for name in types:  # per-module overrides: a module name or a suffix of one
+                module = name.rpartition(".")[0]
+                for pattern, t in cfg.module_types.items():
+                    if module == pattern or module.endswith("." + pattern):
+                        types[name] = t
+            source = f"quantized on load to {cfg.quant_type}"
+        else:
+            raise ValueError("GgufQuantizeConfig needs a gguf_file, a quant_type, or a saved packed checkpoint")
+        ids = {name: {name: ggml_type(t).id} for name, t in types.items() if ggml_type(t).quantized}
+        unpack, self.report = swap_modules(model, ids, self.dtype, {}, cfg.skips)
+        self.report.source = source
+        if self.pre_quantized and unpack:
+            raise ValueError(f"gguf_quant: saved packed weights with no packed module to hold them: {sorted(unpack)}")
+        self.to_quantize = {} if self.pre_quantized else {n: types[n] for n in self.report.packed if n in types}
+
     def update_weight_conversions(self, weight_conversions, model):
         # The model's own conversions describe safetensors checkpoints and match nothing here.
         if self.gguf is None or self.legacy:
@@ -124,14 +157,19 @@ class GGUFQuantizer(HfQuantizer):
         if self.legacy:
             return dtype
         ops = getattr(converter, "operations", ())
-        if not param.is_floating_point() or any(isinstance(op, (NormPlusOne, Unpack)) for op in ops):
+        # a tensor, or a safetensors slice (reloading a saved packed checkpoint)
+        floating = param.is_floating_point() if hasattr(param, "is_floating_point") else param.get_dtype().startswith(("F", "BF"))
+        if not floating or any(isinstance(op, (NormPlusOne, Unpack)) for op in ops):
             return None
         return dtype
 
     def _process_model_after_weight_loading(self, model, **kwargs):
         # The GGUF renamings must not be replayed in reverse when the model is saved.
-        model._weight_conversions = None
+        if self.gguf is not None:
+            model._weight_conversions = None
         model.gguf_report = self.report
+        # What a reload of `save_pretrained`'s output needs to rebuild the same modules.
+        self.quantization_config.module_types = dict(self.report.packed)
         if self.gguf is not None:
             # The source file's metadata (tokenizer included), for `save_gguf` to write back.
             model.gguf_metadata = self.gguf.metadata
@@ -144,7 +182,10 @@ class GGUFQuantizer(HfQuantizer):
     # --- capabilities -------------------------------------------------------------------------
 
     def param_needs_quantization(self, model, param_name: str, **kwargs) -> bool:
-        return False
+        return param_name in self.to_quantize
+
+    def get_quantize_ops(self):
+        return Quantize(self.to_quantize)
 
     @property
     def is_trainable(self) -> bool:
@@ -155,4 +196,4 @@ class GGUFQuantizer(HfQuantizer):
         return True
 
     def is_serializable(self, safe_serialization=None) -> bool:
-        return False
+        return True

@@ -5,6 +5,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "ggml_blocks.cuh"
 #include "launch.h"
 
@@ -262,6 +264,246 @@ __global__ void __launch_bounds__(256) gemv_kernel(const GemvArgs a) {
   }
 }
 
+// ---- small-M matmul on tensor cores (bf16 / fp16 activations) ---------------------------------
+// A warp owns a 16-row tile of W and a share of the K chunks (W warps per CTA split K; their
+// partial sums are added through shared memory at the end). Lane (g = lane/4, c = lane%4)
+// decodes part c of each 64-element unit for rows g and g+8 (decode<T>: v[4q+i] = element
+// 16q + 4c + i), packs it to bf16/fp16 pairs and feeds mma.m16n8k16 once per q:
+//   A: a0 = row g    {16q+4c, 16q+4c+1}, a2 = row g    {16q+4c+2, 16q+4c+3}
+//      a1 = row g+8  {16q+4c, 16q+4c+1}, a3 = row g+8  {16q+4c+2, 16q+4c+3}
+//   B: b0 = token g  {16q+4c, 16q+4c+1}, b1 = token g  {16q+4c+2, 16q+4c+3}
+// i.e. virtual k slots (2c, 2c+1, 2c+8, 2c+9) of step q hold actual elements 16q+4c+{0..3}
+// in both operands, so each step sums exactly the 16 elements of group q. B is 4 consecutive
+// activations (one 8-byte load), no shuffles. All lanes of a warp work on the same unit, so
+// the per-type scale decoding is uniform (no divergence).
+
+template <typename XT> struct Mma;
+template <> struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+};
+template <> struct Mma<__half> {
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+};
+
+template <int T>
+struct MmaGeom {
+  static constexpr int CE = 256;                                       // elements per chunk (4 units)
+  static constexpr int CB = CE / Traits<T>::BLOCK * Traits<T>::BYTES;  // bytes per row per chunk
+  static constexpr int ROWBUF = (CB + 15) / 16 * 16 + 16;              // aligned superset
+  static constexpr int PMAX = ROWBUF / 16;                             // 16-byte pieces per row, at most
+  static constexpr int S = 3;                                          // pipeline stages
+  static constexpr int WARP_BYTES = S * 16 * ROWBUF;
+};
+
+template <int T, int NT, typename XT>
+__global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs a) {
+  using G = MmaGeom<T>;
+  constexpr int S = G::S, CB = G::CB, ROWBUF = G::ROWBUF, PMAX = G::PMAX;
+  constexpr bool BLOCK32 = Traits<T>::BLOCK == 32;
+  constexpr int MT = 8 * NT;
+  extern __shared__ __align__(16) uint8_t dsmem[];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int N = a.N, K = a.K;
+  const int n0 = blockIdx.y * 16;
+  uint8_t* buf = dsmem + warp * G::WARP_BYTES;
+
+  int M = 0;
+  int xrow[NT], orow[2 * NT];  // xrow: token g (+8) of this lane; orow: tokens 2c, 2c+1 (+8)
+  int64_t expert = 0;
+  if (a.mode == GEMV_DENSE) {
+    const int m0 = blockIdx.x * MT;
+    M = min(MT, a.M - m0);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      xrow[t] = m0 + 8 * t + g;
+      orow[2 * t] = m0 + 8 * t + 2 * c;
+      orow[2 * t + 1] = m0 + 8 * t + 2 * c + 1;
+    }
+  } else if (a.mode == GEMV_PAIRS) {
+    const int pair = blockIdx.x;
+    M = 1;
+    expert = load_id(a.ids, a.ids64, pair);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      xrow[t] = pair / a.x_div;
+      orow[2 * t] = pair;
+      orow[2 * t + 1] = pair;
+    }
+  } else {
+    const int4 ch = a.chunks[blockIdx.x];
+    M = ch.z;
+    if (M <= 0) return;
+    expert = ch.x;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int j = 8 * t + g, j0 = 8 * t + 2 * c;
+      xrow[t] = j < M ? a.sorted[ch.y + j] / a.x_div : 0;
+      orow[2 * t] = j0 < M ? a.sorted[ch.y + j0] : 0;
+      orow[2 * t + 1] = j0 + 1 < M ? a.sorted[ch.y + j0 + 1] : 0;
+    }
+  }
+  XT* out = reinterpret_cast<XT*>(a.out);
+  if (a.mode != GEMV_DENSE && (expert < 0 || expert >= a.n_experts)) {
+    if (warp == 0) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int tok = 8 * t + 2 * c + j, row = n0 + g + 8 * h;
+            if (tok < M && row < N) out[(int64_t)orow[2 * t + j] * a.out_stride + row] = XIO<XT>::cvt(0.f);
+          }
+    }
+    return;
+  }
+
+  const uint8_t* wbase = a.w + expert * a.expert_bytes;
+  const uint8_t* rg = wbase + (int64_t)min(n0 + g, N - 1) * a.row_bytes;
+  const uint8_t* rg8 = wbase + (int64_t)min(n0 + g + 8, N - 1) * a.row_bytes;
+  const XT* xb = reinterpret_cast<const XT*>(a.x);
+  const XT* xp[NT];
+  bool xok[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    xok[t] = 8 * t + g < M;
+    xp[t] = xb + (int64_t)(xok[t] ? xrow[t] : 0) * a.x_stride + 4 * c;
+  }
+
+  const int nunits = (K + 63) >> 6;
+  const int nchunks = (K + G::CE - 1) / G::CE;
+  const int mychunks = nchunks > warp ? (nchunks - warp + W - 1) / W : 0;
+
+  auto issue = [&](int i) {  // local chunk i of this warp -> stage i % S
+    if (i < mychunks) {
+      const int64_t ch = warp + (int64_t)i * W;
+      const int64_t bytes = min((int64_t)CB, a.row_bytes - ch * CB);
+      uint8_t* sb = buf + (i % S) * 16 * ROWBUF;
+#pragma unroll
+      for (int j = 0; j < (16 * PMAX + 31) / 32; ++j) {
+        const int idx = lane + 32 * j;
+        const int r = idx / PMAX, pc = idx - r * PMAX;
+        if (r < 16) {
+          const uintptr_t s = reinterpret_cast<uintptr_t>(
+              wbase + (int64_t)min(n0 + r, N - 1) * a.row_bytes + ch * CB);
+          const uintptr_t a0 = s & ~(uintptr_t)15;
+          const int pieces = (int)((((s + bytes + 15) & ~(uintptr_t)15) - a0) >> 4);
+          if (pc < pieces) cp_async16(sb + r * ROWBUF + pc * 16, reinterpret_cast<const void*>(a0 + pc * 16));
+        }
+      }
+    }
+    cp_async_commit();
+  };
+
+  float acc[NT][4][4];
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[t][q][i] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue(s);
+
+  for (int i = 0; i < mychunks; ++i) {
+    cp_async_wait<S - 2>();
+    __syncwarp();
+    const int64_t ch = warp + (int64_t)i * W;
+    const uint8_t* sb = buf + (i % S) * 16 * ROWBUF;
+    const uint8_t* pg = sb + g * ROWBUF + (reinterpret_cast<uintptr_t>(rg + ch * CB) & 15);
+    const uint8_t* pg8 = sb + (g + 8) * ROWBUF + (reinterpret_cast<uintptr_t>(rg8 + ch * CB) & 15);
+#pragma unroll
+    for (int uu = 0; uu < 4; ++uu) {
+      const int U = (int)ch * 4 + uu;
+      if (U < nunits) {
+        const bool full = !BLOCK32 || U * 64 + 64 <= K;
+        uint2 xv[NT][4];
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            xv[t][q] = make_uint2(0u, 0u);
+            if (xok[t] && (q < 2 || full))
+              xv[t][q] = __ldg(reinterpret_cast<const uint2*>(xp[t] + U * 64 + 16 * q));
+          }
+        float vg[16], vg8[16];
+        decode<T>(pg, uu, c, full, vg);
+        decode<T>(pg8, uu, c, full, vg8);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          if (q < 2 || full) {
+            const uint32_t a0 = Mma<XT>::pack(vg[4 * q], vg[4 * q + 1]);
+            const uint32_t a1 = Mma<XT>::pack(vg8[4 * q], vg8[4 * q + 1]);
+            const uint32_t a2 = Mma<XT>::pack(vg[4 * q + 2], vg[4 * q + 3]);
+            const uint32_t a3 = Mma<XT>::pack(vg8[4 * q + 2], vg8[4 * q + 3]);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) Mma<XT>::mma(acc[t][q], a0, a1, a2, a3, xv[t][q].x, xv[t][q].y);
+          }
+        }
+      }
+    }
+    __syncwarp();
+    issue(i + S - 1);
+  }
+  cp_async_wait<0>();
+
+  // Sum the q chains, then the warps' K shares through shared memory.
+  float r[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[t][i] = (acc[t][0][i] + acc[t][1][i]) + (acc[t][2][i] + acc[t][3][i]);
+  __syncthreads();
+  float* red = reinterpret_cast<float*>(dsmem);
+  if (warp > 0) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[((warp - 1) * NT * 4 + t * 4 + i) * 32 + lane] = r[t][i];
+  }
+  __syncthreads();
+  if (warp == 0) {
+    for (int w = 1; w < W; ++w)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) r[t][i] += red[((w - 1) * NT * 4 + t * 4 + i) * 32 + lane];
+    // D fragment: r[t][0] = (row g, token 2c), r[t][1] = (g, 2c+1), r[t][2] = (g+8, 2c), r[t][3] = (g+8, 2c+1)
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int tok = 8 * t + 2 * c + (i & 1), row = n0 + g + 8 * (i >> 1);
+        if (tok < M && row < N) out[(int64_t)orow[2 * t + (i & 1)] * a.out_stride + row] = XIO<XT>::cvt(r[t][i]);
+      }
+  }
+}
+
 // ---- launchers -------------------------------------------------------------------------------
 
 template <int T>
@@ -281,6 +523,45 @@ cudaError_t launch_gemv(const GemvArgs& a, DType xt, int mt, int64_t grid_x, cud
   }
 #undef GQ_GEMV_CASE
   return cudaGetLastError();
+}
+
+template <int T, int NT, typename XT>
+cudaError_t launch_mma_impl(const GemvArgs& a, int64_t grid_x, cudaStream_t stream) {
+  using G = MmaGeom<T>;
+  static int sms = 0;
+  if (!sms) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (!sms) sms = 132;
+  }
+  const int64_t tiles = (int64_t)((a.N + 15) / 16) * grid_x;
+  const int nchunks = (a.K + G::CE - 1) / G::CE;
+  int W = 4;
+  while (W < 16 && 2 * W <= nchunks && tiles * W < (int64_t)sms * 16 && 2 * W * G::WARP_BYTES <= 160 * 1024) W *= 2;
+  while (W > 1 && W > nchunks) W /= 2;
+  const size_t smem = (size_t)W * G::WARP_BYTES;
+  static size_t configured = 0;
+  if (smem > 48 * 1024 && smem > configured) {
+    cudaError_t e = cudaFuncSetAttribute(gemv_mma_kernel<T, NT, XT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)std::max<size_t>(smem, 160 * 1024));
+    if (e != cudaSuccess) return e;
+    configured = std::max<size_t>(smem, 160 * 1024);
+  }
+  const dim3 grid((unsigned)grid_x, (unsigned)((a.N + 15) / 16));
+  gemv_mma_kernel<T, NT, XT><<<grid, dim3(32 * W), smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <int T>
+cudaError_t launch_gemv_mma(const GemvArgs& a, DType xt, int mt, int64_t grid_x, cudaStream_t stream) {
+  if (grid_x <= 0 || a.N <= 0) return cudaSuccess;
+  if (xt == DType::BF16)
+    return mt <= 8 ? launch_mma_impl<T, 1, __nv_bfloat16>(a, grid_x, stream)
+                   : launch_mma_impl<T, 2, __nv_bfloat16>(a, grid_x, stream);
+  if (xt == DType::F16)
+    return mt <= 8 ? launch_mma_impl<T, 1, __half>(a, grid_x, stream) : launch_mma_impl<T, 2, __half>(a, grid_x, stream);
+  return cudaErrorInvalidValue;
 }
 
 template <int T>
@@ -304,6 +585,7 @@ cudaError_t launch_dequant(const uint8_t* w, int64_t row_bytes, int64_t rows_out
 
 #define GQ_INSTANTIATE(T)                                                                                  \
   template cudaError_t launch_gemv<T>(const GemvArgs&, DType, int, int64_t, cudaStream_t);                  \
+  template cudaError_t launch_gemv_mma<T>(const GemvArgs&, DType, int, int64_t, cudaStream_t);              \
   template cudaError_t launch_dequant<T>(const uint8_t*, int64_t, int64_t, int64_t, int, const void*, int, \
                                          void*, DType, cudaStream_t);
 

@@ -44,6 +44,12 @@ constexpr int GEMV_MT = 8;             // activation rows per CTA in the multi-r
 template <int T>
 cudaError_t launch_gemv(const GemvArgs& a, DType xt, int mt, int64_t grid_x, cudaStream_t stream);
 
+// Same contract on tensor cores, bf16/fp16 activations only; mt is 8 or 16 (rows of x per
+// grid.x entry). The CTA size and its split of K are chosen per launch.
+constexpr int MMA_MT = 16;
+template <int T>
+cudaError_t launch_gemv_mma(const GemvArgs& a, DType xt, int mt, int64_t grid_x, cudaStream_t stream);
+
 // out[r, :] = dequant(W[src(r), :]) with src(r) = ids ? ids[r] : r; ids outside
 // [0, rows_src) give a row of zeros.
 template <int T>

@@ -70,6 +70,16 @@ cudaError_t dispatch_gemv(int64_t qtype, const gq::GemvArgs& a, DType xt, int mt
   return cudaErrorInvalidValue;
 }
 
+cudaError_t dispatch_gemv_mma(int64_t qtype, const gq::GemvArgs& a, DType xt, int mt, int64_t gx, cudaStream_t s) {
+  switch (qtype) {
+#define GQ_CASE(T) \
+  case gq::T: return gq::launch_gemv_mma<gq::T>(a, xt, mt, gx, s);
+    GQ_FOR_EACH_TYPE(GQ_CASE)
+#undef GQ_CASE
+  }
+  return cudaErrorInvalidValue;
+}
+
 void check_cuda(cudaError_t e, const char* what) {
   TORCH_CHECK(e == cudaSuccess, "gguf_kernels: ", what, " failed: ", cudaGetErrorString(e));
 }
@@ -89,14 +99,21 @@ int env_int(const char* name, int dflt) {
 }
 
 // Largest M served by the small-M kernels; above it the weight is dequantized (in row chunks)
-// and multiplied by cuBLAS. MoE: pair counts up to this use one CTA row per pair.
-int gemv_max_m() {
-  static const int v = env_int("GGUF_KERNELS_GEMV_MAX_M", 16);
-  return v;
+// and multiplied by cuBLAS. The tensor-core kernel re-reads W once per 16 rows of x, the fp32
+// one once per 8 and does every product on FMA units, hence the lower default.
+int gemv_max_m(bool mma) {
+  static const int v_mma = env_int("GGUF_KERNELS_GEMV_MAX_M", 64);
+  static const int v_fma = env_int("GGUF_KERNELS_GEMV_MAX_M", 16);
+  return mma ? v_mma : v_fma;
 }
 int moe_pairs_max() {
   static const int v = env_int("GGUF_KERNELS_MOE_PAIRS_MAX", 16);
   return v;
+}
+// bf16/fp16 activations use the tensor-core small-M kernel unless GGUF_KERNELS_NO_MMA=1.
+bool use_mma(DType xt) {
+  static const bool off = env_int("GGUF_KERNELS_NO_MMA", 0) != 0;
+  return !off && xt != DType::F32;
 }
 
 // Packed weights: uint8, CUDA, contiguous, 16-byte aligned base (the kernels rely on each
@@ -171,14 +188,19 @@ at::Tensor matmul(const at::Tensor& x, const at::Tensor& packed, int64_t qtype) 
   const DType xt = dtype_code(x.scalar_type());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
 
-  if (M <= gemv_max_m()) {
+  if (M <= gemv_max_m(use_mma(xt))) {
     at::Tensor out = at::empty({M, N}, x.options());
     gq::GemvArgs a{};
     a.w = p.data_ptr<uint8_t>(); a.row_bytes = rb; a.expert_bytes = 0; a.N = (int)N; a.K = (int)K;
     a.x = xc.data_ptr(); a.x_stride = K; a.x_div = 1;
     a.out = out.data_ptr(); a.out_stride = N; a.M = (int)M; a.n_experts = 1; a.mode = gq::GEMV_DENSE;
-    const int mt = M == 1 ? 1 : gq::GEMV_MT;
-    check_cuda(dispatch_gemv(qtype, a, xt, mt, (M + mt - 1) / mt, stream), "matmul (small M)");
+    if (use_mma(xt)) {
+      const int mt = M <= 8 ? 8 : gq::MMA_MT;
+      check_cuda(dispatch_gemv_mma(qtype, a, xt, mt, (M + mt - 1) / mt, stream), "matmul (small M, mma)");
+    } else {
+      const int mt = M == 1 ? 1 : gq::GEMV_MT;
+      check_cuda(dispatch_gemv(qtype, a, xt, mt, (M + mt - 1) / mt, stream), "matmul (small M)");
+    }
     return out.reshape(oshape);
   }
 
@@ -227,12 +249,14 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
   a.out = out.data_ptr(); a.out_stride = N; a.M = 0; a.n_experts = (int)E;
   a.ids = id.data_ptr(); a.ids64 = id.scalar_type() == at::kLong;
   const DType xt = dtype_code(x.scalar_type());
+  const bool mma = use_mma(xt);
   if (P <= moe_pairs_max()) {
     a.mode = gq::GEMV_PAIRS;
-    check_cuda(dispatch_gemv(qtype, a, xt, 1, P, stream), "moe_matmul (pairs)");
+    check_cuda(mma ? dispatch_gemv_mma(qtype, a, xt, 8, P, stream) : dispatch_gemv(qtype, a, xt, 1, P, stream),
+               "moe_matmul (pairs)");
     return out;
   }
-  const int mt = gq::GEMV_MT;
+  const int mt = mma ? gq::MMA_MT : gq::GEMV_MT;
   const int64_t max_chunks = (P + mt - 1) / mt + E + 1;
   at::Tensor sorted = at::empty({P}, id.options().dtype(at::kInt));
   at::Tensor chunks = at::empty({max_chunks, 4}, id.options().dtype(at::kInt));
@@ -242,7 +266,9 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
   a.mode = gq::GEMV_CHUNKS;
   a.sorted = sorted.data_ptr<int>();
   a.chunks = reinterpret_cast<const int4*>(chunks.data_ptr<int>());
-  check_cuda(dispatch_gemv(qtype, a, xt, mt, max_chunks, stream), "moe_matmul (chunks)");
+  check_cuda(mma ? dispatch_gemv_mma(qtype, a, xt, mt, max_chunks, stream)
+                 : dispatch_gemv(qtype, a, xt, mt, max_chunks, stream),
+             "moe_matmul (chunks)");
   return out;
 }
 

@@ -15,7 +15,7 @@ from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
 from ..gguf_io.reader import GgufFile
 from .conversions import NormPlusOne, Reshape, RopeUnpermuteRows
 
-__all__ = ["ArchRules", "ARCH_RULES", "TensorPlan", "plan_tensors", "is_supported"]
+__all__ = ["ArchRules", "ARCH_RULES", "TensorPlan", "gguf_names", "plan_tensors", "is_supported", "weight_transforms"]
 
 
 @dataclass(frozen=True)
@@ -84,44 +84,47 @@ def _layer_count(config) -> int:
 _EXPERT_PARTS = {"gate_up_proj": ("ffn_gate_exps", "ffn_up_exps"), "down_proj": ("ffn_down_exps",)}
 
 
-def _expert_names(model, gguf: GgufFile) -> tuple[dict[str, str], dict[str, list[str]]]:
-    hf_names, merges = {}, {}
-    params = dict(model.named_parameters())
+def gguf_names(model, arch: str) -> dict[str, list[str]]:
+    """model parameter -> the GGUF tensor name(s) llama.cpp's converter writes it as (two for a
+    fused expert `gate_up_proj`: gate, then up). Parameters llama.cpp has no name for are left out."""
+    name_map = get_tensor_name_map(_ARCH_BY_NAME[arch], _layer_count(model.config))
+    params = dict(model.named_parameters(remove_duplicate=False))
+    out: dict[str, list[str]] = {}
     for module_name, _ in model.named_modules():
         m = re.search(r"\.(\d+)\.(?:\w+\.)*experts$", module_name)
         if m is None or f"{module_name}.gate_up_proj" not in params:
             continue
         for param, parts in _EXPERT_PARTS.items():
-            for suffix in ("weight", "bias"):
-                hf = f"{module_name}.{param}" + ("_bias" if suffix == "bias" else "")
-                names = [f"blk.{m[1]}.{part}.{suffix}" for part in parts]
-                if not all(n in gguf.tensors for n in names) or hf not in params:
-                    continue
-                if len(parts) == 1:
-                    hf_names[names[0]] = hf
-                    continue
-                virtual = [f"{module_name}.{part}.{suffix}" for part in parts]
-                hf_names.update(zip(names, virtual))
-                merges[hf] = virtual
-    return hf_names, merges
+            for hf, suffix in ((f"{module_name}.{param}", "weight"), (f"{module_name}.{param}_bias", "bias")):
+                if hf in params:
+                    out[hf] = [f"blk.{m[1]}.{part}.{suffix}" for part in parts]
+    for hf_name in model.state_dict():
+        base, _, suffix = hf_name.rpartition(".")
+        gguf_base = name_map.get_name(base)
+        if gguf_base is not None and hf_name not in out:
+            out[hf_name] = [f"{gguf_base}.{suffix}"]
+    return out
 
 
 def plan_tensors(model, gguf: GgufFile) -> TensorPlan:
     """Match every tensor of the file to a parameter of `model` (on the meta device)."""
     arch = gguf.architecture
     rules = ARCH_RULES[arch]
-    name_map = get_tensor_name_map(_ARCH_BY_NAME[arch], _layer_count(model.config))
     text = model.config.get_text_config()
 
-    hf_names, merges = _expert_names(model, gguf)
-    for hf_name in model.state_dict():
-        base, _, suffix = hf_name.rpartition(".")
-        gguf_base = name_map.get_name(base)
-        if gguf_base is None:
+    hf_names: dict[str, str] = {}
+    merges: dict[str, list[str]] = {}
+    for hf_name, names in gguf_names(model, arch).items():
+        if not all(n in gguf.tensors for n in names) or any(n in hf_names for n in names):
             continue
-        gguf_name = f"{gguf_base}.{suffix}"
-        if gguf_name in gguf.tensors and gguf_name not in hf_names:
-            hf_names[gguf_name] = hf_name
+        if len(names) == 1:
+            hf_names[names[0]] = hf_name
+            continue
+        # A fused parameter loads from virtual per-part names, joined by a converter.
+        module_name = hf_name.rpartition(".")[0]
+        virtual = [f"{module_name}.{n.split('.')[2]}.{n.split('.')[-1]}" for n in names]
+        hf_names.update(zip(names, virtual))
+        merges[hf_name] = virtual
 
     rope_rows: dict[str, RopeUnpermuteRows] = {}
     plus_one: set[str] = set()

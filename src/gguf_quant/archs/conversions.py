@@ -12,7 +12,7 @@ from transformers.core_model_loading import ConversionOps
 
 from ..ggml import dequantize
 
-__all__ = ["RopeUnpermuteRows", "NormPlusOne", "Reshape", "ConcatRows", "Unpack"]
+__all__ = ["RopeUnpermuteRows", "NormPlusOne", "Reshape", "ConcatRows", "Unpack", "Quantize"]
 
 
 def _single(input_dict: dict) -> torch.Tensor:
@@ -91,3 +91,20 @@ class Unpack(ConversionOps):
         out = {key: [dequantize(_single({key: t}), self.types[key], self.dtype)] for key, t in input_dict.items()}
         # A lone tensor goes on under the parameter's name; several wait for the op that joins them.
         return {full_layer_name: out.popitem()[1]} if len(out) == 1 else out
+
+
+class Quantize(ConversionOps):
+    """Quantize float weights into ggml blocks as they load (`GgufQuantizeConfig(quant_type=...)`):
+    one tensor at a time, on the device it was loaded to, so the dense model never exists whole."""
+
+    def __init__(self, types: dict[str, str]):
+        self.types = types  # parameter name -> ggml type name
+
+    def convert(self, input_dict, source_patterns=None, target_patterns=None, full_layer_name=None, **kwargs):
+        from ..ggml import quantize
+
+        out = {}
+        for name, value in input_dict.items():
+            t = value[0] if isinstance(value, list) else value
+            out[name] = quantize(t, self.types[name]) if name in self.types else t
+        return out

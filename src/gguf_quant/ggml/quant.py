@@ -553,7 +553,8 @@ def _quantize_q6_k(x: torch.Tensor) -> torch.Tensor:
     xg = x.reshape(nb, 16, 16)
     Lq = _nearest_int(_div(xg, dl[..., None].expand_as(xg))).clamp(-32, 31) + 32
     L = torch.where((dl != 0)[..., None], Lq, L.reshape(nb, 16, 16)).reshape(nb, 2, 4, 32)
-    ql = torch.cat([L[:, :, 0] & 0xF | ((L[:, :, 2] & 0xF) << 4), L[:, :, 1] & 0xF | ((L[:, :, 3] & 0xF) << 4)], dim=2)
+    ql = torch.cat([(L[:, :, 0] & 0xF) | ((L[:, :, 2] & 0xF) << 4), (L[:, :, 1] & 0xF) | ((L[:, :, 3] & 0xF) << 4)],
+                   dim=2)
     qh = (L[:, :, 0] >> 4) | ((L[:, :, 1] >> 4) << 2) | ((L[:, :, 2] >> 4) << 4) | ((L[:, :, 3] >> 4) << 6)
     out = torch.cat([ql.reshape(nb, 128).to(torch.uint8), qh.reshape(nb, 64).to(torch.uint8),
                      (sc & 0xFF).to(torch.uint8), _fp16_bytes(d)], dim=1)

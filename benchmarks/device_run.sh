@@ -1,0 +1,42 @@
+#!/bin/bash
+# On the GPU machine, from the repository root: build the kernels, run the GPU tests,
+# compute-sanitizer and the benchmark, with llama.cpp's matmuls timed beside ours.
+#   bash benchmarks/device_run.sh [OUTDIR]
+# Needs .whl/ (gguf, kernels, transformers wheels) and, for llama.cpp, .dev/llama.tgz (packed by
+# shared/tools/llamacpp-on-device.sh). NO_LLAMA=1 skips llama.cpp; QUICK=1 runs a short bench.
+set -o pipefail
+OUTD=${1:-${OUT:-/tmp/gguf_out}}; mkdir -p "$OUTD"
+T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+LL=/tmp/ll/llama.cpp
+if [ -f .dev/llama.tgz ] && [ -z "$NO_LLAMA" ]; then   # ggml only, same flags as llamacpp-on-device.sh
+  setsid bash -c "mkdir -p /tmp/ll && tar xzf .dev/llama.tgz -C /tmp/ll && cd $LL && \
+    cmake -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DLLAMA_OPENSSL=OFF \
+      > /tmp/ll/cmake.log 2>&1 && cmake --build build --target ggml -j 14 > /tmp/ll/build.log 2>&1; \
+    echo \$? > /tmp/ll/build.rc" < /dev/null > /dev/null 2>&1 &
+fi
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-6}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+python3 -m gguf_quant.build_kernels --out /tmp/kb > "$OUTD/build.log" 2>&1 || { tail -40 "$OUTD/build.log"; exit 1; }
+el "kernels built: $(tail -1 "$OUTD/build.log")"
+export GGUF_QUANT_KERNELS=/tmp/kb GGUF_QUANT_KERNELS_HUB=0
+timeout 300 python3 -m pytest tests/test_kernels.py -q -p no:cacheprovider --maxfail=20 2>&1 | tee "$OUTD/test.log" | tail -25
+el "tests done"
+[ -z "$NO_SANITIZER" ] && timeout 150 compute-sanitizer --tool memcheck --print-limit 5 python3 benchmarks/sanitize_kernels.py 2>&1 | tail -4 | tee "$OUTD/sanitizer.log"
+el "sanitizer done"
+python3 benchmarks/bench_matmul.py ${QUICK:+--quick} --save-rows "$OUTD/rows.json" --out "$OUTD/bench.md" 2>&1 \
+  | tee "$OUTD/bench.log" | grep -v "done (" | tail -3
+el "our bench done"
+if [ -f .dev/llama.tgz ] && [ -z "$NO_LLAMA" ]; then
+  python3 benchmarks/bench_matmul.py ${QUICK:+--quick} --emit-cases /tmp/cases.txt
+  while [ ! -f /tmp/ll/build.rc ] && [ $(( $(date +%s) - T0 )) -lt ${LLAMA_WAIT:-400} ]; do sleep 5; done
+  el "llama.cpp build rc: $(cat /tmp/ll/build.rc 2>/dev/null || echo timeout)"
+  if [ "$(cat /tmp/ll/build.rc 2>/dev/null)" = 0 ] && g++ -O2 -std=c++17 benchmarks/llama_mm_bench.cpp -I$LL/ggml/include \
+      -L$LL/build/bin -lggml -lggml-base -Wl,-rpath,$LL/build/bin -o /tmp/llmm; then
+    timeout ${LLAMA_TIMEOUT:-150} /tmp/llmm /tmp/cases.txt "$OUTD/llama.json" > "$OUTD/llama.log" 2>&1; el "llama.cpp timed (rc $?)"
+    python3 benchmarks/bench_matmul.py --load-rows "$OUTD/rows.json" --llama "$OUTD/llama.json" --out "$OUTD/bench.md" > /dev/null
+  else tail -5 /tmp/ll/build.log; fi
+fi
+cat "$OUTD/bench.md"
+el "all done"

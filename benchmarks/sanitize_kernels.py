@@ -1,0 +1,21 @@
+"""Every kernel once per type on small awkward shapes: run under compute-sanitizer on the GPU machine."""
+import sys, torch
+sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "tests"))
+from gguf_quant import kernel_loader
+import numpy as np
+from test_kernels import random_packed, TYPES, qid, k_for
+k = kernel_loader.kernel_module(); rng = np.random.default_rng(0); dev = "cuda"
+for name in TYPES:
+    q = qid(name)
+    for K in sorted({k_for(name), k_for(name, odd=True)}):
+        w = random_packed(name, (37,), K, rng)
+        k.dequantize(w, q, torch.bfloat16); k.get_rows(w, torch.tensor([[0, 36], [5, 7]], device=dev), q, torch.float32)
+        for M in (1, 3, 20):
+            k.matmul(torch.randn(M, K, device=dev, dtype=torch.float16), w, q)
+        e = random_packed(name, (5, 37), K, rng)
+        for T in (2, 11):
+            ids = torch.randint(0, 5, (T, 2), device=dev)
+            k.moe_matmul(torch.randn(T, K, device=dev, dtype=torch.bfloat16), e, ids, q)
+            k.moe_matmul(torch.randn(T, 2, K, device=dev, dtype=torch.float32), e, ids, q)
+    torch.cuda.synchronize()
+print("sanity done")

@@ -1,0 +1,500 @@
+"""transformers model -> GGUF: tensor names, the inverse of the loading conversions, and the
+architecture metadata llama.cpp reads.
+
+The direction is the one llama.cpp's converter takes (HF checkpoint -> GGUF), done on the
+loaded model: names come from gguf-py's published table (`gguf.get_tensor_name_map`), the
+q/k rotary row order and Gemma's `1 + w` norms are redone (the inverse of `conversions.py`),
+and metadata keys follow ggml's docs/gguf.md ("LLM" section) with the value types llama.cpp's
+loader checks (it refuses a uint32 key stored as int32). Row moves work on packed blocks, so a
+quantized weight is written with exactly the bytes it was loaded with.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, GGUFValueType, Keys, LlamaFileType, MODEL_ARCH_NAMES, get_tensor_name_map
+from gguf.gguf_writer import GGUFValue
+
+from ..ggml.types import ggml_type
+from ..modules import GgufEmbedding, GgufExperts, GgufLinear
+from . import ARCH_RULES, ArchRules
+
+__all__ = [
+    "ExportError",
+    "ExportTensor",
+    "EXPORT_ARCHS",
+    "gguf_arch",
+    "export_tensors",
+    "arch_metadata",
+    "owned_keys",
+    "file_type",
+    "rope_permute_rows",
+]
+
+logger = logging.getLogger("gguf_quant")
+
+
+class ExportError(ValueError):
+    """A model that cannot be written as a GGUF llama.cpp runs; the message says what and why."""
+
+
+# transformers `model_type` -> llama.cpp architecture name (the `general.architecture` value).
+EXPORT_ARCHS: dict[str, str] = {
+    "llama": "llama",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "phi3": "phi3",
+    "gemma2": "gemma2",
+    "gemma3_text": "gemma3",
+    "qwen2_moe": "qwen2moe",
+    "qwen3_moe": "qwen3moe",
+}
+_ARCH_BY_NAME = {name: arch for arch, name in MODEL_ARCH_NAMES.items()}
+
+_F32 = GGMLQuantizationType.F32
+_FLOAT_QTYPES = {torch.float32: _F32, torch.float16: GGMLQuantizationType.F16, torch.bfloat16: GGMLQuantizationType.BF16}
+
+
+def _text_config(config):
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def gguf_arch(config) -> str:
+    """The llama.cpp architecture a transformers config is written as."""
+    model_type = _text_config(config).model_type
+    arch = EXPORT_ARCHS.get(model_type)
+    if arch is None:
+        raise ExportError(
+            f"save_gguf: cannot export model_type {model_type!r}; supported: "
+            + ", ".join(f"{m} (as {a})" for m, a in EXPORT_ARCHS.items())
+        )
+    return arch
+
+
+def _rules(arch: str) -> ArchRules:
+    # The loader's table says what llama.cpp's converter did per architecture; the MoE ones
+    # it may not list yet only rename (no row order change, no `1 + w`).
+    return ARCH_RULES.get(arch, ArchRules())
+
+
+# --- tensors ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ExportTensor:
+    """One GGUF tensor: its name, ggml type, shape in elements (torch order, rows first) and
+    a function producing its data (uint8 rows of blocks for block types and BF16, the element
+    dtype for F32/F16), called only when the tensor is written."""
+
+    name: str
+    qtype: GGMLQuantizationType
+    shape: tuple[int, ...]
+    data: Callable[[], np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        t = ggml_type(int(self.qtype))
+        return math.prod(self.shape) // t.block_size * t.type_size
+
+
+def rope_permute_rows(t: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Reorder q/k rows from transformers' half-split rotary layout to ggml's interleaved one:
+    each head's rows `[2, d/2]` become `[d/2, 2]` (the inverse of `RopeUnpermuteRows`). Only
+    whole rows move, so it is the same on float weights and on rows of ggml blocks."""
+    rows = t.shape[0]
+    half = rows // n_heads // 2
+    return t.reshape(n_heads, 2, half, *t.shape[1:]).transpose(1, 2).reshape(rows, *t.shape[1:]).contiguous()
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    """Host bytes of a tensor, in the dtype GGUFWriter takes (numpy has no bfloat16: its bytes)."""
+    if t.device.type == "meta":
+        raise ExportError("save_gguf: the model has weights on the meta device (not loaded); load it fully first")
+    t = t.detach().to("cpu").contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.uint8)
+    return t.numpy()
+
+
+def _float_tensor(name: str, t: torch.Tensor, transform=None, force_f32: bool = False) -> ExportTensor:
+    """A float parameter, in its own dtype (F32/F16/BF16), or F32 when llama.cpp wants F32
+    (norms, biases: 1-D tensors, which ggml adds and multiplies in F32)."""
+    qtype = _F32 if force_f32 or t.dim() == 1 else _FLOAT_QTYPES.get(t.dtype)
+    if qtype is None:
+        raise ExportError(f"save_gguf: {name} has dtype {t.dtype}, which GGUF cannot store as a weight")
+    dtype = {_F32: torch.float32, GGMLQuantizationType.F16: torch.float16}.get(qtype, torch.bfloat16)
+
+    def data():
+        x = t.detach()
+        if transform is not None:
+            x = transform(x)
+        return _to_numpy(x.to(dtype))
+
+    return ExportTensor(name, qtype, tuple(t.shape), data)
+
+
+def _packed_tensor(name: str, blocks: torch.Tensor, qtype: int, cols: int, transform=None) -> ExportTensor:
+    """A weight kept in ggml blocks: `blocks` is uint8 `[*rows, row_bytes]`, written as is."""
+    t = ggml_type(qtype)
+    if blocks.shape[-1] != t.row_bytes(cols):
+        raise ExportError(f"save_gguf: {name}: rows of {blocks.shape[-1]} bytes, expected {t.row_bytes(cols)} for {t.name}")
+
+    def data():
+        x = blocks.detach()
+        if transform is not None:
+            x = transform(x)
+        return _to_numpy(x)
+
+    return ExportTensor(name, GGMLQuantizationType(qtype), (*blocks.shape[:-1], cols), data)
+
+
+def _is_norm(gguf_name: str) -> bool:
+    return gguf_name.endswith("norm.weight")
+
+
+def _q_or_k(gguf_name: str) -> str | None:
+    m = re.search(r"\.attn_(q|k)\.(weight|bias)$", gguf_name)
+    return m[1] if m else None
+
+
+class _Namer:
+    """transformers parameter names -> GGUF tensor names, through gguf-py's name table."""
+
+    def __init__(self, arch: str, n_layers: int):
+        self.map = get_tensor_name_map(_ARCH_BY_NAME[arch], n_layers)
+
+    def __call__(self, module_name: str, suffix: str) -> str | None:
+        base = self.map.get_name(module_name)
+        return None if base is None else f"{base}.{suffix}"
+
+
+def _expert_tensors(module_name: str, module: torch.nn.Module, namer: _Namer) -> list[ExportTensor]:
+    """A fused experts module: `gate_up_proj` `[E, 2I, H]` is llama.cpp's `ffn_gate_exps` (first
+    I rows of each expert) and `ffn_up_exps` (the next I); `down_proj` is `ffn_down_exps`."""
+    gate = namer(f"{module_name}.gate_proj", "weight")
+    up = namer(f"{module_name}.up_proj", "weight")
+    down = namer(f"{module_name}.down_proj", "weight")
+    if None in (gate, up, down):
+        raise ExportError(f"save_gguf: no GGUF names for the experts of {module_name}")
+    gate_up, down_w = module.gate_up_proj, module.down_proj
+    inter = gate_up.shape[1] // 2
+    if isinstance(module, GgufExperts):
+        out = [
+            _packed_tensor(gate, gate_up[:, :inter], module.gate_up_qtype, module.hidden_dim),
+            _packed_tensor(up, gate_up[:, inter:], module.gate_up_qtype, module.hidden_dim),
+            _packed_tensor(down, down_w, module.down_qtype, module.intermediate_dim),
+        ]
+    else:
+        out = [_float_tensor(gate, gate_up[:, :inter]), _float_tensor(up, gate_up[:, inter:]), _float_tensor(down, down_w)]
+    bias = lambda name: name.replace(".weight", ".bias")  # noqa: E731
+    if (b := getattr(module, "gate_up_proj_bias", None)) is not None:
+        out += [_float_tensor(bias(gate), b[:, :inter], force_f32=True), _float_tensor(bias(up), b[:, inter:], force_f32=True)]
+    if (b := getattr(module, "down_proj_bias", None)) is not None:
+        out.append(_float_tensor(bias(down), b, force_f32=True))
+    return out
+
+
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.device == b.device and a.data_ptr() == b.data_ptr()
+
+
+def export_tensors(model: torch.nn.Module, arch: str) -> list[ExportTensor]:
+    """Every GGUF tensor of `model` in llama.cpp's naming and layout, in the model's order.
+
+    Raises ExportError naming any parameter with no GGUF counterpart, rather than dropping it.
+    """
+    text = _text_config(model.config)
+    rules = _rules(arch)
+    namer = _Namer(arch, int(text.num_hidden_layers))
+    heads = {"q": text.num_attention_heads, "k": getattr(text, "num_key_value_heads", None) or text.num_attention_heads}
+
+    out: list[ExportTensor] = []
+    unnamed: list[str] = []
+    done: set[str] = set()
+    embed = model.get_input_embeddings().weight if hasattr(model, "get_input_embeddings") else None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    for module_name, module in model.named_modules():
+        if isinstance(module, GgufExperts) or (
+            module_name.endswith(".experts") and isinstance(getattr(module, "gate_up_proj", None), torch.Tensor)
+        ):
+            out += _expert_tensors(module_name, module, namer)
+            done |= {f"{module_name}.{n}" for n, _ in module.named_parameters(recurse=False)}
+            continue
+        for param_name, t in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False)):
+            full = f"{module_name}.{param_name}" if module_name else param_name
+            if full in done or param_name in getattr(module, "_non_persistent_buffers_set", ()):
+                continue
+            done.add(full)
+            # llama.cpp reuses token_embd when the file has no output projection: a tied head
+            # is written once, as the embedding.
+            if module is head and param_name == "weight" and embed is not None and _same_storage(t, embed):
+                continue
+            gguf_name = namer(module_name, param_name)
+            if gguf_name is None:
+                unnamed.append(full)
+                continue
+            out.append(_one_tensor(gguf_name, module, param_name, t, rules, heads))
+    if unnamed:
+        raise ExportError(f"save_gguf: no GGUF tensor name for {', '.join(unnamed)} (architecture {arch})")
+    out += _extra_tensors(text, arch)
+    return out
+
+
+def _one_tensor(gguf_name: str, module, param_name: str, t: torch.Tensor, rules: ArchRules, heads: dict) -> ExportTensor:
+    qk = _q_or_k(gguf_name) if rules.rope_permuted else None
+    permute = (lambda x, n=heads[qk]: rope_permute_rows(x, n)) if qk else None  # noqa: E731
+    if param_name == "weight" and isinstance(module, (GgufLinear, GgufEmbedding)):
+        cols = module.in_features if isinstance(module, GgufLinear) else module.embedding_dim
+        return _packed_tensor(gguf_name, t, module.qtype, cols, permute)
+    if t.dtype == torch.uint8:
+        raise ExportError(f"save_gguf: {gguf_name} holds raw bytes in a module that does not say their ggml type")
+    if rules.norm_plus_one and _is_norm(gguf_name):
+        # Gemma's RMSNorm multiplies by (1 + w); llama.cpp's by the stored value. Add in float32.
+        return _float_tensor(gguf_name, t, lambda x: x.to(torch.float32) + 1.0, force_f32=True)
+    return _float_tensor(gguf_name, t, permute)
+
+
+def _extra_tensors(text, arch: str) -> list[ExportTensor]:
+    """Tensors llama.cpp needs that transformers computes instead of storing."""
+    rope = _rope_parameters(text)
+    if arch == "llama" and rope.get("rope_type") == "llama3":
+        factors = _llama3_rope_factors(text)
+        return [ExportTensor("rope_freqs.weight", _F32, tuple(factors.shape), lambda: factors.numpy())]
+    return []
+
+
+def _llama3_rope_factors(text) -> torch.Tensor:
+    """llama.cpp applies Llama 3.1's frequency scaling as a per-frequency divisor (`rope_freqs`):
+    the default inverse frequencies over the scaled ones, both from transformers' own rope code."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](text, "cpu")
+    dim = scaled.shape[0] * 2
+    base = _rope_parameters(text)["rope_theta"]
+    default = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim))
+    return (default / scaled.to(torch.float32)).to(torch.float32).contiguous()
+
+
+# --- metadata --------------------------------------------------------------------------------
+
+
+def _u32(v) -> GGUFValue:
+    return GGUFValue(int(v), GGUFValueType.UINT32)
+
+
+def _f32(v) -> GGUFValue:
+    return GGUFValue(float(v), GGUFValueType.FLOAT32)
+
+
+def _str(v) -> GGUFValue:
+    return GGUFValue(str(v), GGUFValueType.STRING)
+
+
+def _rope_parameters(text) -> dict:
+    rp = getattr(text, "rope_parameters", None) or {}
+    if isinstance(rp.get("full_attention"), dict):  # per layer type (Gemma 3): the global layers'
+        rp = rp["full_attention"]
+    rp = dict(rp)
+    rp.setdefault("rope_theta", getattr(text, "rope_theta", 10000.0))
+    rp.setdefault("rope_type", "default")
+    return rp
+
+
+def _head_dim(text) -> int:
+    return getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+
+
+def _partial_rotary(text) -> float:
+    rp = getattr(text, "rope_parameters", None) or {}
+    return float(rp.get("partial_rotary_factor", getattr(text, "partial_rotary_factor", None) or 1.0))
+
+
+def _rope_scaling(text, arch: str) -> dict[str, GGUFValue]:
+    rp = _rope_parameters(text)
+    kind = rp["rope_type"]
+    k = lambda key: key.format(arch=arch)  # noqa: E731
+    if kind in ("default", "llama3"):  # llama3: the rope_freqs tensor carries it
+        return {}
+    if kind == "linear":
+        return {k(Keys.Rope.SCALING_TYPE): _str("linear"), k(Keys.Rope.SCALING_FACTOR): _f32(rp["factor"])}
+    if kind == "yarn":
+        out = {k(Keys.Rope.SCALING_TYPE): _str("yarn"), k(Keys.Rope.SCALING_FACTOR): _f32(rp["factor"])}
+        orig = rp.get("original_max_position_embeddings")
+        if orig is not None:
+            out[k(Keys.Rope.SCALING_ORIG_CTX_LEN)] = _u32(orig)
+        for hf_key, key in (
+            ("extrapolation_factor", Keys.Rope.SCALING_YARN_EXT_FACTOR),
+            ("attention_factor", Keys.Rope.SCALING_YARN_ATTN_FACTOR),
+            ("beta_fast", Keys.Rope.SCALING_YARN_BETA_FAST),
+            ("beta_slow", Keys.Rope.SCALING_YARN_BETA_SLOW),
+        ):
+            if rp.get(hf_key) is not None:
+                out[k(key)] = _f32(rp[hf_key])
+        return out
+    raise ExportError(f"save_gguf: rope type {kind!r} of this {arch} model has no GGUF equivalent written here")
+
+
+def _swa_pattern(text, period: int) -> list[bool] | None:
+    """Per-layer sliding flags, or None when they follow llama.cpp's default pattern (every
+    `period`-th layer global, the others sliding)."""
+    types = getattr(text, "layer_types", None)
+    if not types:
+        return None
+    flags = [t == "sliding_attention" for t in types]
+    default = [(i + 1) % period != 0 for i in range(len(types))]
+    return None if flags == default else flags
+
+
+def _base_metadata(text, arch: str) -> dict[str, GGUFValue]:
+    k = lambda key: key.format(arch=arch)  # noqa: E731
+    heads = text.num_attention_heads
+    head_dim = _head_dim(text)
+    meta = {
+        k(Keys.LLM.CONTEXT_LENGTH): _u32(text.max_position_embeddings),
+        k(Keys.LLM.EMBEDDING_LENGTH): _u32(text.hidden_size),
+        k(Keys.LLM.BLOCK_COUNT): _u32(text.num_hidden_layers),
+        k(Keys.LLM.FEED_FORWARD_LENGTH): _u32(text.intermediate_size),
+        k(Keys.Attention.HEAD_COUNT): _u32(heads),
+        k(Keys.Attention.HEAD_COUNT_KV): _u32(getattr(text, "num_key_value_heads", None) or heads),
+        k(Keys.Attention.KEY_LENGTH): _u32(head_dim),
+        k(Keys.Attention.VALUE_LENGTH): _u32(head_dim),
+        k(Keys.Attention.LAYERNORM_RMS_EPS): _f32(text.rms_norm_eps),
+        k(Keys.Rope.FREQ_BASE): _f32(_rope_parameters(text)["rope_theta"]),
+        k(Keys.Rope.DIMENSION_COUNT): _u32(int(head_dim * _partial_rotary(text))),
+        k(Keys.LLM.VOCAB_SIZE): _u32(text.vocab_size),
+    }
+    meta.update(_rope_scaling(text, arch))
+    return meta
+
+
+def _gemma_metadata(text, arch: str, period: int, layers_27b: int) -> dict[str, GGUFValue]:
+    k = lambda key: key.format(arch=arch)  # noqa: E731
+    meta = {}
+    types = getattr(text, "layer_types", None) or []
+    if getattr(text, "sliding_window", None) and (arch == "gemma2" or "sliding_attention" in types):
+        meta[k(Keys.Attention.SLIDING_WINDOW)] = _u32(text.sliding_window)
+    if (pattern := _swa_pattern(text, period)) is not None:
+        meta[k(Keys.Attention.SLIDING_WINDOW_PATTERN)] = GGUFValue(pattern, GGUFValueType.ARRAY, GGUFValueType.BOOL)
+    rp = getattr(text, "rope_parameters", None) or {}
+    if isinstance(rp.get("sliding_attention"), dict) and rp["sliding_attention"].get("rope_theta") is not None:
+        meta[k(Keys.Rope.FREQ_BASE_SWA)] = _f32(rp["sliding_attention"]["rope_theta"])
+    for attr, key in (("attn_logit_softcapping", Keys.LLM.ATTN_LOGIT_SOFTCAPPING), ("final_logit_softcapping", Keys.LLM.FINAL_LOGIT_SOFTCAPPING)):
+        if getattr(text, attr, None) is not None:
+            meta[k(key)] = _f32(getattr(text, attr))
+    # llama.cpp fixes the query scale from the layer count (1/sqrt(hidden/heads) for the 27B
+    # models, 1/sqrt(head_dim) otherwise); transformers reads query_pre_attn_scalar.
+    scalar = getattr(text, "query_pre_attn_scalar", None)
+    large = text.num_hidden_layers == layers_27b
+    expected = text.hidden_size // text.num_attention_heads if large else _head_dim(text)
+    if scalar is not None and scalar != expected:
+        logger.warning(
+            f"save_gguf: query_pre_attn_scalar={scalar}, but llama.cpp scales {arch} queries by "
+            f"1/sqrt({expected}) for {text.num_hidden_layers} layers; llama.cpp will compute differently"
+        )
+    return meta
+
+
+def _moe_metadata(text, arch: str, shared: bool, norm_topk: bool) -> dict[str, GGUFValue]:
+    k = lambda key: key.format(arch=arch)  # noqa: E731
+    if (getattr(text, "decoder_sparse_step", 1) or 1) != 1 or getattr(text, "mlp_only_layers", None):
+        raise ExportError(f"save_gguf: llama.cpp's {arch} needs experts in every layer (decoder_sparse_step=1, no mlp_only_layers)")
+    if bool(getattr(text, "norm_topk_prob", norm_topk)) != norm_topk:
+        logger.warning(
+            f"save_gguf: norm_topk_prob={text.norm_topk_prob}, but llama.cpp's {arch} "
+            f"{'always' if norm_topk else 'never'} renormalises the top-k router weights"
+        )
+    meta = {
+        k(Keys.LLM.EXPERT_COUNT): _u32(text.num_experts),
+        k(Keys.LLM.EXPERT_USED_COUNT): _u32(text.num_experts_per_tok),
+        k(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH): _u32(text.moe_intermediate_size),
+    }
+    if shared and getattr(text, "shared_expert_intermediate_size", None):
+        meta[k(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH)] = _u32(text.shared_expert_intermediate_size)
+    return meta
+
+
+def arch_metadata(config, arch: str | None = None) -> dict[str, GGUFValue]:
+    """The `{arch}.*` keys for a transformers config: what archs/configs.py reads, written back."""
+    text = _text_config(config)
+    arch = arch or gguf_arch(config)
+    k = lambda key: key.format(arch=arch)  # noqa: E731
+    meta = _base_metadata(text, arch)
+    if arch == "phi3":
+        # llama.cpp tells Phi-3 from Phi-4 by a present sliding window (0: none).
+        meta[k(Keys.Attention.SLIDING_WINDOW)] = _u32(getattr(text, "sliding_window", None) or 0)
+    elif arch == "gemma2":
+        meta.update(_gemma_metadata(text, arch, period=2, layers_27b=46))
+    elif arch == "gemma3":
+        meta.update(_gemma_metadata(text, arch, period=6, layers_27b=62))
+    elif arch == "qwen2moe":
+        meta.update(_moe_metadata(text, arch, shared=True, norm_topk=False))
+    elif arch == "qwen3moe":
+        meta.update(_moe_metadata(text, arch, shared=False, norm_topk=True))
+    return meta
+
+
+def owned_keys(arch: str) -> set[str]:
+    """The `{arch}.*` keys `arch_metadata` decides (writing or leaving out); a source file's
+    value for one of these is never carried over, so a changed config is what gets written."""
+    groups = [Keys.LLM, Keys.Attention, Keys.Rope]
+    names = {
+        "CONTEXT_LENGTH", "EMBEDDING_LENGTH", "BLOCK_COUNT", "FEED_FORWARD_LENGTH", "VOCAB_SIZE",
+        "HEAD_COUNT", "HEAD_COUNT_KV", "KEY_LENGTH", "VALUE_LENGTH", "LAYERNORM_RMS_EPS",
+        "SLIDING_WINDOW", "SLIDING_WINDOW_PATTERN", "ATTN_LOGIT_SOFTCAPPING", "FINAL_LOGIT_SOFTCAPPING",
+        "EXPERT_COUNT", "EXPERT_USED_COUNT", "EXPERT_FEED_FORWARD_LENGTH", "EXPERT_SHARED_FEED_FORWARD_LENGTH",
+        "FREQ_BASE", "FREQ_BASE_SWA", "DIMENSION_COUNT", "SCALING_TYPE", "SCALING_FACTOR",
+        "SCALING_ORIG_CTX_LEN", "SCALING_YARN_EXT_FACTOR", "SCALING_YARN_ATTN_FACTOR",
+        "SCALING_YARN_BETA_FAST", "SCALING_YARN_BETA_SLOW",
+    }
+    return {getattr(g, n).format(arch=arch) for g in groups for n in names if hasattr(g, n)}
+
+
+def file_type(tensors: list[ExportTensor]) -> int | None:
+    """`general.file_type` for a set of tensors: the type most matrices have, as llama.cpp's
+    loader guesses it (counting tensors of 2+ dimensions), or None when no file type names it."""
+    counts = Counter(t.qtype for t in tensors if len(t.shape) >= 2)
+    if not counts:
+        return None
+    qtype = counts.most_common(1)[0][0]
+    if qtype == _F32:
+        return int(LlamaFileType.ALL_F32)
+    # K-quant files are named by their mix; a file mostly of one K type reads as its _M mix.
+    for name in (f"MOSTLY_{qtype.name}", f"MOSTLY_{qtype.name}_M", f"MOSTLY_{qtype.name}_MOE"):
+        if name in LlamaFileType.__members__:
+            return int(LlamaFileType[name])
+    return None
+
+
+def plain_value(value: Any) -> GGUFValue:
+    """A metadata value read back without its GGUF type, typed the way llama.cpp's loader
+    expects keys of its kind: counts and ids uint32, reals float32, int arrays int32 (as
+    gguf-py writes them)."""
+    if isinstance(value, bool):
+        return GGUFValue(value, GGUFValueType.BOOL)
+    if isinstance(value, int):
+        if 0 <= value < 2**32:
+            return GGUFValue(value, GGUFValueType.UINT32)
+        return GGUFValue(value, GGUFValueType.INT64 if value < 0 else GGUFValueType.UINT64)
+    if isinstance(value, float):
+        return GGUFValue(value, GGUFValueType.FLOAT32)
+    if isinstance(value, str):
+        return GGUFValue(value, GGUFValueType.STRING)
+    if isinstance(value, (list, tuple)) and value:
+        first = value[0]
+        sub = (
+            GGUFValueType.BOOL if isinstance(first, bool)
+            else GGUFValueType.INT32 if isinstance(first, int)
+            else GGUFValueType.FLOAT32 if isinstance(first, float)
+            else GGUFValueType.STRING
+        )
+        return GGUFValue(list(value), GGUFValueType.ARRAY, sub)
+    raise ExportError(f"save_gguf: metadata value {value!r} has no GGUF type")
