@@ -124,7 +124,7 @@ def test_get_rows(name, idtype, rng):
 
 # --- matmul -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("M", [1, 3, 8, 13, 40, 80])
+@pytest.mark.parametrize("M", [1, 3, 8, 13, 24, 40, 80])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", TYPES)
 def test_matmul(name, dtype, M, rng):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, RopeScalingType
 from gguf.quants import quantize
 
 from gguf_quant.gguf_io.reader import read_gguf
@@ -27,6 +27,7 @@ class Shape:
     used: int = 2
     ff_exp: int = 64
     ff_shexp: int = 96  # qwen2moe's shared expert
+    window: int = 128  # sliding window of the architectures that have one
 
 
 def _copy_tokenizer(w: GGUFWriter) -> int:
@@ -45,8 +46,27 @@ def _copy_tokenizer(w: GGUFWriter) -> int:
     return len(meta["tokenizer.ggml.tokens"])
 
 
+def _gpt_oss_layer(b: str, s: Shape) -> list[tuple[str, tuple[int, ...], str]]:
+    """What llama.cpp's gpt-oss loader requires of a layer: biased attention with per-head sinks,
+    a post-attention norm in place of ffn_norm, and a biased router and biased experts."""
+    q, kv, e = s.heads * s.head_dim, s.kv_heads * s.head_dim, s.experts
+    out = [(b + "attn_norm.weight", (s.hidden,), "norm"), (b + "post_attention_norm.weight", (s.hidden,), "norm")]
+    out += [(b + f"attn_{x}.weight", (n, s.hidden), "matrix") for x, n in (("q", q), ("k", kv), ("v", kv))]
+    out += [(b + f"attn_{x}.bias", (n,), "bias") for x, n in (("q", q), ("k", kv), ("v", kv))]
+    out += [(b + "attn_output.weight", (s.hidden, q), "matrix"), (b + "attn_output.bias", (s.hidden,), "bias")]
+    out += [(b + "attn_sinks.weight", (s.heads,), "sink")]
+    out += [(b + "ffn_gate_inp.weight", (e, s.hidden), "router"), (b + "ffn_gate_inp.bias", (e,), "bias")]
+    for x in ("gate", "up"):
+        out += [(b + f"ffn_{x}_exps.weight", (e, s.ff_exp, s.hidden), "experts"), (b + f"ffn_{x}_exps.bias", (e, s.ff_exp), "bias")]
+    out += [(b + "ffn_down_exps.weight", (e, s.hidden, s.ff_exp), "experts"), (b + "ffn_down_exps.bias", (e, s.hidden), "bias")]
+    return out
+
+
 def _arch_tensors(arch: str, s: Shape) -> list[tuple[str, tuple[int, ...], str]]:
-    """(name, numpy shape, kind) per tensor; kind is 'matrix', 'router', 'norm' or 'bias'."""
+    """(name, numpy shape, kind) per tensor; kind is 'matrix', 'experts', 'router', 'norm',
+    'bias' or 'sink'."""
+    if arch == "gpt-oss":
+        return [t for i in range(s.layers) for t in _gpt_oss_layer(f"blk.{i}.", s)]
     q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
     out = []
     for i in range(s.layers):
@@ -62,8 +82,8 @@ def _arch_tensors(arch: str, s: Shape) -> list[tuple[str, tuple[int, ...], str]]
         if s.experts:
             e = s.experts
             out += [(b + "ffn_gate_inp.weight", (e, s.hidden), "router")]
-            out += [(b + f"ffn_{x}_exps.weight", (e, s.ff_exp, s.hidden), "matrix") for x in ("gate", "up")]
-            out += [(b + "ffn_down_exps.weight", (e, s.hidden, s.ff_exp), "matrix")]
+            out += [(b + f"ffn_{x}_exps.weight", (e, s.ff_exp, s.hidden), "experts") for x in ("gate", "up")]
+            out += [(b + "ffn_down_exps.weight", (e, s.hidden, s.ff_exp), "experts")]
         elif arch != "phi3":
             out += [(b + "ffn_gate.weight", (s.ff, s.hidden), "matrix"), (b + "ffn_up.weight", (s.ff, s.hidden), "matrix")]
         if not s.experts:
@@ -91,13 +111,18 @@ def write_tiny(
     std: float = 0.05,
     router_std: float = 0.5,
 ) -> Path:
+    """`qtype` is a ggml type for every matrix, or "MXFP4_MOE" (llama-quantize's mix of that name:
+    MXFP4 routed experts, Q8_0 for the other matrices)."""
     s = shape or Shape()
     rng = np.random.default_rng(seed)
-    t = GGMLQuantizationType[qtype]
+    mxfp4_moe = qtype == "MXFP4_MOE"
+    t = GGMLQuantizationType.Q8_0 if mxfp4_moe else GGMLQuantizationType[qtype]
+    t_experts = GGMLQuantizationType.MXFP4 if mxfp4_moe else t
     w = GGUFWriter(str(path), arch)
     vocab = _copy_tokenizer(w)
     w.add_name(f"tiny-{arch}")
-    w.add_context_length(256)
+    # gpt-oss's context is its YaRN factor times the original one (below), as in its real files
+    w.add_context_length(32 * 4096 if arch == "gpt-oss" else 256)
     w.add_embedding_length(s.hidden)
     w.add_block_count(s.layers)
     w.add_feed_forward_length(s.ff)
@@ -108,9 +133,14 @@ def write_tiny(
     w.add_rope_dimension_count(s.head_dim)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_file_type(int(t))
-    if arch in ("gemma2", "gemma3", "phi3"):
-        w.add_sliding_window(128)
+    w.add_file_type(int(LlamaFileType.MOSTLY_MXFP4_MOE) if mxfp4_moe else int(t))
+    if arch in ("gemma2", "gemma3", "phi3", "gpt-oss"):
+        w.add_sliding_window(s.window)
+    if arch == "gpt-oss":
+        # gpt-oss's own YaRN settings (factor 32 over a 4096-token original context)
+        w.add_rope_scaling_type(RopeScalingType.YARN)
+        w.add_rope_scaling_factor(32.0)
+        w.add_rope_scaling_orig_ctx_len(4096)
     if s.experts:
         w.add_expert_count(s.experts)
         w.add_expert_used_count(s.used)
@@ -121,9 +151,9 @@ def write_tiny(
         w.add_float32("gemma2.attn_logit_softcapping", 50.0)
         w.add_float32("gemma2.final_logit_softcapping", 30.0)
 
-    def matrix(name, shp):
+    def matrix(name, shp, qt=t):
         data = (rng.standard_normal(shp) * std).astype(np.float32)
-        w.add_tensor(name, quantize(data, t), raw_dtype=t)
+        w.add_tensor(name, quantize(data, qt), raw_dtype=qt)
 
     matrix("token_embd.weight", (vocab, s.hidden))
     if not tied:
@@ -131,13 +161,16 @@ def write_tiny(
     # Norms near 1 (Gemma files store 1 + w, so near 1 there as well).
     w.add_tensor("output_norm.weight", (1 + 0.1 * rng.standard_normal(s.hidden)).astype(np.float32))
     for name, shp, kind in _arch_tensors(arch, s):
-        if kind == "matrix":
-            matrix(name, shp)
+        if kind in ("matrix", "experts"):
+            matrix(name, shp, t_experts if kind == "experts" else t)
         elif kind == "router":
             # Decisive routing: near-tied experts would flip under llama.cpp's 8-bit activations.
             w.add_tensor(name, (rng.standard_normal(shp) * router_std).astype(np.float32))
         elif kind == "norm":
             w.add_tensor(name, (1 + 0.1 * rng.standard_normal(shp)).astype(np.float32))
+        elif kind == "sink":
+            # attention-sink logits, per head, on the scale of the attention scores
+            w.add_tensor(name, rng.standard_normal(shp).astype(np.float32))
         else:
             w.add_tensor(name, (0.1 * rng.standard_normal(shp)).astype(np.float32))
     w.write_header_to_file()

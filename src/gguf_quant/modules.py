@@ -86,8 +86,14 @@ class GgufExperts(nn.Module):
     """One MoE layer's routed experts, stacked and packed, with the forward signature of
     transformers' fused experts modules: `forward(hidden_states, top_k_index, top_k_weights)`.
 
-    `gate_up_proj` is `[E, 2*I, H]` and `down_proj` `[E, H, I]` in elements, each stored as
-    blocks along its last (input) dimension, exactly as transformers lays out the dense ones.
+    `gate_up_proj` is `[E, 2*I, H]` (each expert's gate rows, then its up rows) and `down_proj`
+    `[E, H, I]` in elements, each stored as blocks along its last (input) dimension: llama.cpp's
+    `ffn_{gate,up,down}_exps` layout, which is also how transformers lays out the dense Qwen/Mixtral
+    experts. Biases, when present, follow the same order (`gate_up_proj_bias` `[E, 2*I]`, gate then up).
+
+    The gated activation is `act_fn(gate) * up`, or, when `swiglu_limit` is given, gpt-oss's
+    clamped SwiGLU (ggml's `swiglu_oai`, transformers' `GptOssExperts`):
+    `(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)` with `g = clamp(gate, max=limit)`.
     """
 
     def __init__(
@@ -102,6 +108,8 @@ class GgufExperts(nn.Module):
         down_bias: bool = False,
         device=None,
         dtype=None,
+        swiglu_alpha: float | None = None,
+        swiglu_limit: float | None = None,
     ):
         super().__init__()
         self.num_experts = num_experts
@@ -110,6 +118,8 @@ class GgufExperts(nn.Module):
         self.gate_up_qtype = int(gate_up_qtype)
         self.down_qtype = int(down_qtype)
         self.act_fn = act_fn
+        self.swiglu_alpha = swiglu_alpha
+        self.swiglu_limit = swiglu_limit
         self.gate_up_proj = packed_parameter((num_experts, 2 * intermediate_dim), hidden_dim, gate_up_qtype, device)
         self.down_proj = packed_parameter((num_experts, hidden_dim), intermediate_dim, down_qtype, device)
 
@@ -121,7 +131,11 @@ class GgufExperts(nn.Module):
 
     def _gate_up(self, gate_up: Tensor) -> Tensor:
         gate, up = gate_up.chunk(2, dim=-1)
-        return self.act_fn(gate) * up
+        if self.swiglu_limit is None:
+            return self.act_fn(gate) * up
+        gate = gate.clamp(max=self.swiglu_limit)
+        up = up.clamp(-self.swiglu_limit, self.swiglu_limit)
+        return (up + 1) * (gate * torch.sigmoid(gate * self.swiglu_alpha))
 
     def forward(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor) -> Tensor:
         ids = top_k_index.to(torch.int64)
@@ -137,4 +151,5 @@ class GgufExperts(nn.Module):
         return (
             f"num_experts={self.num_experts}, hidden_dim={self.hidden_dim}, intermediate_dim={self.intermediate_dim}, "
             f"types=({ggml_type(self.gate_up_qtype).name}, {ggml_type(self.down_qtype).name})"
+            + (f", swiglu_alpha={self.swiglu_alpha:g}, swiglu_limit={self.swiglu_limit:g}" if self.swiglu_limit is not None else "")
         )

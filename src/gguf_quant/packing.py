@@ -50,24 +50,42 @@ def _packed_module(module: nn.Module, types: dict[str, int], dtype: torch.dtype)
             getattr(module, "scalar_embed_scale", None),
             "meta",
         )
-    # transformers 5's fused experts: gate_up_proj [E, 2I, H], down_proj [E, H, I].
-    if set(types) == {"gate_up_proj", "down_proj"} and hasattr(module, "act_fn"):
-        e, two_i, h = module.gate_up_proj.shape
-        if tuple(module.down_proj.shape) != (e, h, two_i // 2):
-            return None
-        return GgufExperts(
-            e,
-            h,
-            two_i // 2,
-            types["gate_up_proj"],
-            types["down_proj"],
-            module.act_fn,
-            getattr(module, "gate_up_proj_bias", None) is not None,
-            getattr(module, "down_proj_bias", None) is not None,
-            "meta",
-            dtype,
-        )
+    if set(types) == {"gate_up_proj", "down_proj"}:
+        return _packed_experts(module, types, dtype)
     return None
+
+
+def _packed_experts(module: nn.Module, types: dict[str, int], dtype: torch.dtype) -> GgufExperts | None:
+    """GgufExperts (llama.cpp's layout: gate_up [E, 2I, H], down [E, H, I]) for one of transformers
+    5's fused experts modules, or None for a layout it does not know."""
+    if hasattr(module, "act_fn"):
+        # Qwen-MoE / Mixtral: gate_up_proj [E, 2I, H] (gate rows, then up rows), down_proj [E, H, I].
+        e, two_i, h = module.gate_up_proj.shape
+        act, glu = module.act_fn, {}
+    elif hasattr(module, "alpha") and hasattr(module, "limit"):
+        # gpt-oss: gate_up_proj [E, H, 2I] with gate/up interleaved, down_proj [E, I, H], clamped
+        # SwiGLU. The packed module keeps llama.cpp's de-interleaved, output-major layout instead.
+        e, h, two_i = module.gate_up_proj.shape
+        act, glu = None, {"swiglu_alpha": float(module.alpha), "swiglu_limit": float(module.limit)}
+    else:
+        return None
+    inter = two_i // 2
+    down = (e, h, inter) if act is not None else (e, inter, h)
+    if tuple(module.down_proj.shape) != down:
+        return None
+    return GgufExperts(
+        e,
+        h,
+        inter,
+        types["gate_up_proj"],
+        types["down_proj"],
+        act,
+        getattr(module, "gate_up_proj_bias", None) is not None,
+        getattr(module, "down_proj_bias", None) is not None,
+        "meta",
+        dtype,
+        **glu,
+    )
 
 
 def swap_modules(

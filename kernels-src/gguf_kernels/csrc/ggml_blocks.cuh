@@ -130,6 +130,25 @@ GQ_HD void scale_min_k4(int j, const uint8_t* q, float& sc, float& mn) {
   }
 }
 
+// scale_min_k4 for sub-blocks 2c and 2c+1 at once, from the 12 scale bytes read as three
+// words (q 4-byte aligned).
+GQ_HD void scale_min_k4_pair(int c, const uint8_t* q, float& sc0, float& mn0, float& sc1, float& mn1) {
+  const uint32_t w0 = u32_a4(q), w1 = u32_a4(q + 4), w2 = u32_a4(q + 8);
+  if (c < 2) {
+    const int sh = 16 * c;
+    sc0 = (float)((w0 >> sh) & 63);
+    sc1 = (float)((w0 >> (sh + 8)) & 63);
+    mn0 = (float)((w1 >> sh) & 63);
+    mn1 = (float)((w1 >> (sh + 8)) & 63);
+  } else {
+    const int sh = 16 * (c - 2);
+    sc0 = (float)(((w2 >> sh) & 0xF) | (((w0 >> (sh + 6)) & 3) << 4));
+    mn0 = (float)(((w2 >> (sh + 4)) & 0xF) | (((w1 >> (sh + 6)) & 3) << 4));
+    sc1 = (float)(((w2 >> (sh + 8)) & 0xF) | (((w0 >> (sh + 14)) & 3) << 4));
+    mn1 = (float)(((w2 >> (sh + 12)) & 0xF) | (((w1 >> (sh + 14)) & 3) << 4));
+  }
+}
+
 // Q3_K 6-bit scale of 16-element group g from the 12 packed bytes, minus 32.
 GQ_HD float scale_q3k(int g, const uint8_t* s) {
   const int lo = g < 8 ? (s[g] & 15) : (s[g - 8] >> 4);
@@ -137,150 +156,142 @@ GQ_HD float scale_q3k(int g, const uint8_t* s) {
   return (float)((lo | (hi << 4)) - 32);
 }
 
+// ---- decoders ----------------------------------------------------------------------------------
+// decode_codes<T>(row, u, p, full, r) gives, for q = 0..3, a word of four unsigned byte codes
+// r.c[q] (byte i <-> element 64u + 16q + 4p + i) and an affine map: value = r.s[q] * code + r.o[q].
+// Traits<T>::CODE_BITS is the widest code (<= 7 lets the tensor-core path build bf16 directly).
+
+struct Codes {
+  uint32_t c[4];
+  float s[4], o[4];
+};
+
 template <int T>
-GQ_HD void decode(const uint8_t* row, int u, int p, bool full, float (&v)[16]);
+GQ_HD void decode_codes(const uint8_t* row, int u, int p, bool full, Codes& r);
+
+template <int T> struct CodeBits;
+
+// Zero the second block's groups of a half unit (K % 64 == 32).
+GQ_HD void zero_hi(Codes& r) {
+  r.c[2] = r.c[3] = 0u;
+  r.s[2] = r.s[3] = r.o[2] = r.o[3] = 0.f;
+}
 
 // block_q4_0 { ggml_half d; uint8_t qs[16]; }: byte j holds element j (low nibble) and j+16
 // (high nibble); x = d * (q - 8).
+template <> struct CodeBits<Q4_0> { static constexpr bool PAIRED = true; static constexpr int BITS = 4; };
 template <>
-GQ_HD void decode<Q4_0>(const uint8_t* row, int u, int p, bool full, float (&v)[16]) {
+GQ_HD void decode_codes<Q4_0>(const uint8_t* row, int u, int p, bool full, Codes& r) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !full) {
-#pragma unroll
-      for (int i = 8; i < 16; ++i) v[i] = 0.f;
-      break;
-    }
+    if (h == 1 && !full) { zero_hi(r); break; }
     const uint8_t* b = row + (2 * u + h) * 18;
     const float d = f16_at(b);
     const uint32_t w = u32_a2(b + 2 + 4 * p);
-    const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[8 * h + i] = d * ubyte(lo, i, 8.f);
-      v[8 * h + 4 + i] = d * ubyte(hi, i, 8.f);
-    }
+    r.c[2 * h] = w & 0x0F0F0F0Fu;
+    r.c[2 * h + 1] = (w >> 4) & 0x0F0F0F0Fu;
+    r.s[2 * h] = r.s[2 * h + 1] = d;
+    r.o[2 * h] = r.o[2 * h + 1] = -8.f * d;
   }
 }
 
 // block_q4_1 { ggml_half d; ggml_half m; uint8_t qs[16]; }: x = d * q + m.
+template <> struct CodeBits<Q4_1> { static constexpr bool PAIRED = true; static constexpr int BITS = 4; };
 template <>
-GQ_HD void decode<Q4_1>(const uint8_t* row, int u, int p, bool full, float (&v)[16]) {
+GQ_HD void decode_codes<Q4_1>(const uint8_t* row, int u, int p, bool full, Codes& r) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !full) {
-#pragma unroll
-      for (int i = 8; i < 16; ++i) v[i] = 0.f;
-      break;
-    }
+    if (h == 1 && !full) { zero_hi(r); break; }
     const uint8_t* b = row + (2 * u + h) * 20;
     const float d = f16_at(b), m = f16_at(b + 2);
     const uint32_t w = u32_a4(b + 4 + 4 * p);
-    const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[8 * h + i] = fmaf(d, ubyte(lo, i, 0.f), m);
-      v[8 * h + 4 + i] = fmaf(d, ubyte(hi, i, 0.f), m);
-    }
+    r.c[2 * h] = w & 0x0F0F0F0Fu;
+    r.c[2 * h + 1] = (w >> 4) & 0x0F0F0F0Fu;
+    r.s[2 * h] = r.s[2 * h + 1] = d;
+    r.o[2 * h] = r.o[2 * h + 1] = m;
   }
 }
 
 // block_q5_0 { ggml_half d; uint8_t qh[4]; uint8_t qs[16]; }: the fifth bit of element e is
 // bit e of qh (read as little-endian uint32); x = d * (q - 16).
+template <> struct CodeBits<Q5_0> { static constexpr bool PAIRED = true; static constexpr int BITS = 5; };
 template <>
-GQ_HD void decode<Q5_0>(const uint8_t* row, int u, int p, bool full, float (&v)[16]) {
+GQ_HD void decode_codes<Q5_0>(const uint8_t* row, int u, int p, bool full, Codes& r) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !full) {
-#pragma unroll
-      for (int i = 8; i < 16; ++i) v[i] = 0.f;
-      break;
-    }
+    if (h == 1 && !full) { zero_hi(r); break; }
     const uint8_t* b = row + (2 * u + h) * 22;
     const float d = f16_at(b);
     const uint32_t qh = u32_a2(b + 2);
     const uint32_t w = u32_a2(b + 6 + 4 * p);
-    const uint32_t lo = (w & 0x0F0F0F0Fu) | spread4_to_bit4((qh >> (4 * p)) & 0xF);
-    const uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | spread4_to_bit4((qh >> (16 + 4 * p)) & 0xF);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[8 * h + i] = d * ubyte(lo, i, 16.f);
-      v[8 * h + 4 + i] = d * ubyte(hi, i, 16.f);
-    }
+    r.c[2 * h] = (w & 0x0F0F0F0Fu) | spread4_to_bit4((qh >> (4 * p)) & 0xF);
+    r.c[2 * h + 1] = ((w >> 4) & 0x0F0F0F0Fu) | spread4_to_bit4((qh >> (16 + 4 * p)) & 0xF);
+    r.s[2 * h] = r.s[2 * h + 1] = d;
+    r.o[2 * h] = r.o[2 * h + 1] = -16.f * d;
   }
 }
 
 // block_q5_1 { ggml_half d; ggml_half m; uint8_t qh[4]; uint8_t qs[16]; }: x = d * q + m.
+template <> struct CodeBits<Q5_1> { static constexpr bool PAIRED = true; static constexpr int BITS = 5; };
 template <>
-GQ_HD void decode<Q5_1>(const uint8_t* row, int u, int p, bool full, float (&v)[16]) {
+GQ_HD void decode_codes<Q5_1>(const uint8_t* row, int u, int p, bool full, Codes& r) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !full) {
-#pragma unroll
-      for (int i = 8; i < 16; ++i) v[i] = 0.f;
-      break;
-    }
+    if (h == 1 && !full) { zero_hi(r); break; }
     const uint8_t* b = row + (2 * u + h) * 24;
     const float d = f16_at(b), m = f16_at(b + 2);
     const uint32_t qh = u32_a4(b + 4);
     const uint32_t w = u32_a4(b + 8 + 4 * p);
-    const uint32_t lo = (w & 0x0F0F0F0Fu) | spread4_to_bit4((qh >> (4 * p)) & 0xF);
-    const uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | spread4_to_bit4((qh >> (16 + 4 * p)) & 0xF);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[8 * h + i] = fmaf(d, ubyte(lo, i, 0.f), m);
-      v[8 * h + 4 + i] = fmaf(d, ubyte(hi, i, 0.f), m);
-    }
+    r.c[2 * h] = (w & 0x0F0F0F0Fu) | spread4_to_bit4((qh >> (4 * p)) & 0xF);
+    r.c[2 * h + 1] = ((w >> 4) & 0x0F0F0F0Fu) | spread4_to_bit4((qh >> (16 + 4 * p)) & 0xF);
+    r.s[2 * h] = r.s[2 * h + 1] = d;
+    r.o[2 * h] = r.o[2 * h + 1] = m;
   }
 }
 
-// block_q8_0 { ggml_half d; int8_t qs[32]; }: x = d * q.
+// block_q8_0 { ggml_half d; int8_t qs[32]; }: x = d * q (code = q + 128).
+template <> struct CodeBits<Q8_0> { static constexpr bool PAIRED = true; static constexpr int BITS = 8; };
 template <>
-GQ_HD void decode<Q8_0>(const uint8_t* row, int u, int p, bool full, float (&v)[16]) {
+GQ_HD void decode_codes<Q8_0>(const uint8_t* row, int u, int p, bool full, Codes& r) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !full) {
-#pragma unroll
-      for (int i = 8; i < 16; ++i) v[i] = 0.f;
-      break;
-    }
+    if (h == 1 && !full) { zero_hi(r); break; }
     const uint8_t* b = row + (2 * u + h) * 34;
     const float d = f16_at(b);
-    const uint32_t w0 = u32_a2(b + 2 + 4 * p) ^ 0x80808080u;   // int8 -> uint8 + 128
-    const uint32_t w1 = u32_a2(b + 18 + 4 * p) ^ 0x80808080u;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[8 * h + i] = d * ubyte(w0, i, 128.f);
-      v[8 * h + 4 + i] = d * ubyte(w1, i, 128.f);
-    }
+    r.c[2 * h] = u32_a2(b + 2 + 4 * p) ^ 0x80808080u;
+    r.c[2 * h + 1] = u32_a2(b + 18 + 4 * p) ^ 0x80808080u;
+    r.s[2 * h] = r.s[2 * h + 1] = d;
+    r.o[2 * h] = r.o[2 * h + 1] = -128.f * d;
   }
 }
 
 // block_q2_K { uint8_t scales[16]; uint8_t qs[64]; ggml_half d; ggml_half dmin; }:
 // element e = 128n + 32j + l (n < 2, j < 4, l < 32) is bits 2j..2j+1 of qs[32n + l];
 // scales[e / 16] holds the scale (low nibble) and min (high nibble): x = d*sc*q - dmin*m.
+template <> struct CodeBits<Q2_K> { static constexpr bool PAIRED = false; static constexpr int BITS = 2; };
 template <>
-GQ_HD void decode<Q2_K>(const uint8_t* row, int u, int p, bool, float (&v)[16]) {
+GQ_HD void decode_codes<Q2_K>(const uint8_t* row, int u, int p, bool, Codes& r) {
   const uint8_t* b = row + (u >> 2) * 84;
   const int uu = u & 3, n = uu >> 1, j0 = 2 * (uu & 1);
   const float d = f16_at(b + 80), dmin = f16_at(b + 82);
   const uint32_t A = u32_a4(b + 16 + 32 * n + 4 * p);
   const uint32_t B = u32_a4(b + 16 + 32 * n + 16 + 4 * p);
+  const uint32_t sc4 = u32_a4(b + 4 * uu);  // scales of groups 4uu .. 4uu+3
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    const uint32_t codes = (((q & 1) ? B : A) >> (2 * (j0 + (q >> 1)))) & 0x03030303u;
-    const uint32_t sc = b[4 * uu + q];
-    const float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[4 * q + i] = fmaf(dl, ubyte(codes, i, 0.f), -ml);
+    r.c[q] = (((q & 1) ? B : A) >> (2 * (j0 + (q >> 1)))) & 0x03030303u;
+    const uint32_t sc = (sc4 >> (8 * q)) & 0xFF;
+    r.s[q] = d * (float)(sc & 15);
+    r.o[q] = -(dmin * (float)(sc >> 4));
   }
 }
 
 // block_q3_K { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; ggml_half d; }:
 // element e = 128n + 32j + l: low two bits = bits 2j.. of qs[32n + l], third bit = bit
 // 4n + j of hmask[l] (set means +0, clear means -4); 6-bit scales (scale_q3k) minus 32.
+template <> struct CodeBits<Q3_K> { static constexpr bool PAIRED = false; static constexpr int BITS = 3; };
 template <>
-GQ_HD void decode<Q3_K>(const uint8_t* row, int u, int p, bool, float (&v)[16]) {
+GQ_HD void decode_codes<Q3_K>(const uint8_t* row, int u, int p, bool, Codes& r) {
   const uint8_t* b = row + (u >> 2) * 110;
   const int uu = u & 3, n = uu >> 1, j0 = 2 * (uu & 1);
   const float d = f16_at(b + 108);
@@ -293,71 +304,66 @@ GQ_HD void decode<Q3_K>(const uint8_t* row, int u, int p, bool, float (&v)[16]) 
     const int j = j0 + (q >> 1);
     const uint32_t lo2 = (((q & 1) ? B : A) >> (2 * j)) & 0x03030303u;
     const uint32_t hb = ((((q & 1) ? HB : HA) >> (4 * n + j)) & 0x01010101u) << 2;
-    const uint32_t codes = lo2 | hb;
+    r.c[q] = lo2 | hb;
     const float dl = d * scale_q3k(4 * uu + q, b + 96);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[4 * q + i] = dl * ubyte(codes, i, 4.f);
+    r.s[q] = dl;
+    r.o[q] = -4.f * dl;
   }
 }
 
 // block_q4_K { ggml_half d; ggml_half dmin; uint8_t scales[12]; uint8_t qs[128]; }:
 // element e = 64c + 32h + l is nibble h of qs[32c + l], sub-block s = 2c + h with 6-bit
 // scale/min from scale_min_k4: x = d*sc*q - dmin*m.
+template <> struct CodeBits<Q4_K> { static constexpr bool PAIRED = true; static constexpr int BITS = 4; };
 template <>
-GQ_HD void decode<Q4_K>(const uint8_t* row, int u, int p, bool, float (&v)[16]) {
+GQ_HD void decode_codes<Q4_K>(const uint8_t* row, int u, int p, bool, Codes& r) {
   const uint8_t* b = row + (u >> 2) * 144;
   const int c = u & 3;
   const float d = f16_at(b), dmin = f16_at(b + 2);
   float sc0, mn0, sc1, mn1;
-  scale_min_k4(2 * c, b + 4, sc0, mn0);
-  scale_min_k4(2 * c + 1, b + 4, sc1, mn1);
-  const float d0 = d * sc0, m0 = dmin * mn0, d1 = d * sc1, m1 = dmin * mn1;
+  scale_min_k4_pair(c, b + 4, sc0, mn0, sc1, mn1);
   const uint32_t A = u32_a4(b + 16 + 32 * c + 4 * p);
   const uint32_t B = u32_a4(b + 16 + 32 * c + 16 + 4 * p);
-  const uint32_t c0 = A & 0x0F0F0F0Fu, c1 = B & 0x0F0F0F0Fu;
-  const uint32_t c2 = (A >> 4) & 0x0F0F0F0Fu, c3 = (B >> 4) & 0x0F0F0F0Fu;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[i] = fmaf(d0, ubyte(c0, i, 0.f), -m0);
-    v[4 + i] = fmaf(d0, ubyte(c1, i, 0.f), -m0);
-    v[8 + i] = fmaf(d1, ubyte(c2, i, 0.f), -m1);
-    v[12 + i] = fmaf(d1, ubyte(c3, i, 0.f), -m1);
-  }
+  r.c[0] = A & 0x0F0F0F0Fu;
+  r.c[1] = B & 0x0F0F0F0Fu;
+  r.c[2] = (A >> 4) & 0x0F0F0F0Fu;
+  r.c[3] = (B >> 4) & 0x0F0F0F0Fu;
+  r.s[0] = r.s[1] = d * sc0;
+  r.o[0] = r.o[1] = -(dmin * mn0);
+  r.s[2] = r.s[3] = d * sc1;
+  r.o[2] = r.o[3] = -(dmin * mn1);
 }
 
 // block_q5_K { ggml_half d; ggml_half dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; }:
 // as Q4_K, plus fifth bit of element 64c + 32h + l = bit (2c + h) of qh[l].
+template <> struct CodeBits<Q5_K> { static constexpr bool PAIRED = true; static constexpr int BITS = 5; };
 template <>
-GQ_HD void decode<Q5_K>(const uint8_t* row, int u, int p, bool, float (&v)[16]) {
+GQ_HD void decode_codes<Q5_K>(const uint8_t* row, int u, int p, bool, Codes& r) {
   const uint8_t* b = row + (u >> 2) * 176;
   const int c = u & 3;
   const float d = f16_at(b), dmin = f16_at(b + 2);
   float sc0, mn0, sc1, mn1;
-  scale_min_k4(2 * c, b + 4, sc0, mn0);
-  scale_min_k4(2 * c + 1, b + 4, sc1, mn1);
-  const float d0 = d * sc0, m0 = dmin * mn0, d1 = d * sc1, m1 = dmin * mn1;
+  scale_min_k4_pair(c, b + 4, sc0, mn0, sc1, mn1);
   const uint32_t QA = u32_a4(b + 16 + 4 * p), QB = u32_a4(b + 32 + 4 * p);
   const uint32_t A = u32_a4(b + 48 + 32 * c + 4 * p);
   const uint32_t B = u32_a4(b + 48 + 32 * c + 16 + 4 * p);
   const int s0 = 2 * c, s1 = 2 * c + 1;
-  const uint32_t c0 = (A & 0x0F0F0F0Fu) | (((QA >> s0) & 0x01010101u) << 4);
-  const uint32_t c1 = (B & 0x0F0F0F0Fu) | (((QB >> s0) & 0x01010101u) << 4);
-  const uint32_t c2 = ((A >> 4) & 0x0F0F0F0Fu) | (((QA >> s1) & 0x01010101u) << 4);
-  const uint32_t c3 = ((B >> 4) & 0x0F0F0F0Fu) | (((QB >> s1) & 0x01010101u) << 4);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[i] = fmaf(d0, ubyte(c0, i, 0.f), -m0);
-    v[4 + i] = fmaf(d0, ubyte(c1, i, 0.f), -m0);
-    v[8 + i] = fmaf(d1, ubyte(c2, i, 0.f), -m1);
-    v[12 + i] = fmaf(d1, ubyte(c3, i, 0.f), -m1);
-  }
+  r.c[0] = (A & 0x0F0F0F0Fu) | (((QA >> s0) & 0x01010101u) << 4);
+  r.c[1] = (B & 0x0F0F0F0Fu) | (((QB >> s0) & 0x01010101u) << 4);
+  r.c[2] = ((A >> 4) & 0x0F0F0F0Fu) | (((QA >> s1) & 0x01010101u) << 4);
+  r.c[3] = ((B >> 4) & 0x0F0F0F0Fu) | (((QB >> s1) & 0x01010101u) << 4);
+  r.s[0] = r.s[1] = d * sc0;
+  r.o[0] = r.o[1] = -(dmin * mn0);
+  r.s[2] = r.s[3] = d * sc1;
+  r.o[2] = r.o[3] = -(dmin * mn1);
 }
 
 // block_q6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; ggml_half d; }:
 // in half n (128 elements), quarter t, position l < 32: low nibble source ql[64n + 32(t&1) + l]
 // (high nibble when t >= 2), two high bits = bits 2t.. of qh[32n + l]; x = d * sc[e/16] * (q - 32).
+template <> struct CodeBits<Q6_K> { static constexpr bool PAIRED = false; static constexpr int BITS = 6; };
 template <>
-GQ_HD void decode<Q6_K>(const uint8_t* row, int u, int p, bool, float (&v)[16]) {
+GQ_HD void decode_codes<Q6_K>(const uint8_t* row, int u, int p, bool, Codes& r) {
   const uint8_t* b = row + (u >> 2) * 210;
   const int uu = u & 3, n = uu >> 1, hi = uu & 1;
   const float d = f16_at(b + 208);
@@ -367,41 +373,37 @@ GQ_HD void decode<Q6_K>(const uint8_t* row, int u, int p, bool, float (&v)[16]) 
     const uint32_t H = u32_a2(b + 128 + 32 * n + 16 * (q & 1) + 4 * p);
     const uint32_t nib = (hi ? (L >> 4) : L) & 0x0F0F0F0Fu;
     const uint32_t hb = ((H >> (4 * hi + 2 * (q >> 1))) & 0x03030303u) << 4;
-    const uint32_t codes = nib | hb;
+    r.c[q] = nib | hb;
     const float dl = d * (float)(int8_t)b[192 + 4 * uu + q];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[4 * q + i] = dl * ubyte(codes, i, 32.f);
+    r.s[q] = dl;
+    r.o[q] = -32.f * dl;
   }
 }
 
-// block_iq4_nl { ggml_half d; uint8_t qs[16]; }: Q4_0 nibble layout, x = d * kvalues_iq4nl[q].
+// block_iq4_nl { ggml_half d; uint8_t qs[16]; }: Q4_0 nibble layout, x = d * kvalues_iq4nl[q]
+// (code = kvalue + 128).
+template <> struct CodeBits<IQ4_NL> { static constexpr bool PAIRED = true; static constexpr int BITS = 8; };
 template <>
-GQ_HD void decode<IQ4_NL>(const uint8_t* row, int u, int p, bool full, float (&v)[16]) {
+GQ_HD void decode_codes<IQ4_NL>(const uint8_t* row, int u, int p, bool full, Codes& r) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !full) {
-#pragma unroll
-      for (int i = 8; i < 16; ++i) v[i] = 0.f;
-      break;
-    }
+    if (h == 1 && !full) { zero_hi(r); break; }
     const uint8_t* b = row + (2 * u + h) * 18;
     const float d = f16_at(b);
     const uint32_t w = u32_a2(b + 2 + 4 * p);
-    const uint32_t lo = lut16(w & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
-    const uint32_t hi = lut16((w >> 4) & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[8 * h + i] = d * ubyte(lo, i, 128.f);
-      v[8 * h + 4 + i] = d * ubyte(hi, i, 128.f);
-    }
+    r.c[2 * h] = lut16(w & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
+    r.c[2 * h + 1] = lut16((w >> 4) & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
+    r.s[2 * h] = r.s[2 * h + 1] = d;
+    r.o[2 * h] = r.o[2 * h + 1] = -128.f * d;
   }
 }
 
 // block_iq4_xs { ggml_half d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; }:
 // sub-block ib (32 elements): qs[16ib + j] holds element j (low nibble) and j + 16 (high);
 // 6-bit scale ls = scales_l nibble | 2 bits of scales_h; x = d * (ls - 32) * kvalues_iq4nl[q].
+template <> struct CodeBits<IQ4_XS> { static constexpr bool PAIRED = true; static constexpr int BITS = 8; };
 template <>
-GQ_HD void decode<IQ4_XS>(const uint8_t* row, int u, int p, bool, float (&v)[16]) {
+GQ_HD void decode_codes<IQ4_XS>(const uint8_t* row, int u, int p, bool, Codes& r) {
   const uint8_t* b = row + (u >> 2) * 136;
   const int c = u & 3;
   const float d = f16_at(b);
@@ -411,40 +413,48 @@ GQ_HD void decode<IQ4_XS>(const uint8_t* row, int u, int p, bool, float (&v)[16]
   const float d1 = d * (float)((int)((sl >> 4) | (((sh >> (4 * c + 2)) & 3) << 4)) - 32);
   const uint32_t A = u32_a4(b + 8 + 32 * c + 4 * p);
   const uint32_t B = u32_a4(b + 8 + 32 * c + 16 + 4 * p);
-  const uint32_t c0 = lut16(A & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
-  const uint32_t c1 = lut16((A >> 4) & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
-  const uint32_t c2 = lut16(B & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
-  const uint32_t c3 = lut16((B >> 4) & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[i] = d0 * ubyte(c0, i, 128.f);
-    v[4 + i] = d0 * ubyte(c1, i, 128.f);
-    v[8 + i] = d1 * ubyte(c2, i, 128.f);
-    v[12 + i] = d1 * ubyte(c3, i, 128.f);
-  }
+  r.c[0] = lut16(A & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
+  r.c[1] = lut16((A >> 4) & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
+  r.c[2] = lut16(B & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
+  r.c[3] = lut16((B >> 4) & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
+  r.s[0] = r.s[1] = d0;
+  r.o[0] = r.o[1] = -128.f * d0;
+  r.s[2] = r.s[3] = d1;
+  r.o[2] = r.o[3] = -128.f * d1;
 }
 
-// block_mxfp4 { uint8_t e; uint8_t qs[16]; }: Q4_0 nibble layout, x = kvalues_mxfp4[q] * 2^(e-128).
+// block_mxfp4 { uint8_t e; uint8_t qs[16]; }: Q4_0 nibble layout, x = kvalues_mxfp4[q] * 2^(e-128)
+// (code = kvalue + 64, from a table holding kvalues_mxfp4 + 64, so codes fit 7 bits).
+constexpr uint32_t FP4P_T0 = 0x43424140u, FP4P_T1 = 0x4C484644u, FP4P_T2 = 0x3D3E3F40u, FP4P_T3 = 0x34383A3Cu;
+template <> struct CodeBits<MXFP4> { static constexpr bool PAIRED = true; static constexpr int BITS = 7; };
 template <>
-GQ_HD void decode<MXFP4>(const uint8_t* row, int u, int p, bool full, float (&v)[16]) {
+GQ_HD void decode_codes<MXFP4>(const uint8_t* row, int u, int p, bool full, Codes& r) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !full) {
-#pragma unroll
-      for (int i = 8; i < 16; ++i) v[i] = 0.f;
-      break;
-    }
+    if (h == 1 && !full) { zero_hi(r); break; }
     const uint8_t* b = row + (2 * u + h) * 17;
     const float d = e8m0_half(b[0]);
     const uint32_t w = u32_a1(b + 1 + 4 * p);
-    const uint32_t lo = lut16(w & 0x0F0F0F0Fu, FP4_T0, FP4_T1, FP4_T2, FP4_T3) ^ 0x80808080u;
-    const uint32_t hi = lut16((w >> 4) & 0x0F0F0F0Fu, FP4_T0, FP4_T1, FP4_T2, FP4_T3) ^ 0x80808080u;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[8 * h + i] = d * ubyte(lo, i, 128.f);
-      v[8 * h + 4 + i] = d * ubyte(hi, i, 128.f);
-    }
+    r.c[2 * h] = lut16(w & 0x0F0F0F0Fu, FP4P_T0, FP4P_T1, FP4P_T2, FP4P_T3);
+    r.c[2 * h + 1] = lut16((w >> 4) & 0x0F0F0F0Fu, FP4P_T0, FP4P_T1, FP4P_T2, FP4P_T3);
+    r.s[2 * h] = r.s[2 * h + 1] = d;
+    r.o[2 * h] = r.o[2 * h + 1] = -64.f * d;
   }
+}
+
+// Unsigned byte i of w as an exact float (0x4B0000bb is 2^23 + bb).
+GQ_HD float ubyte0(uint32_t w, int i) { return as_float(perm(w, 0x4B000000u, 0x7540u | (uint32_t)i)) - 8388608.0f; }
+
+// fp32 values: v[4q + i] = element 64u + 16q + 4p + i (correctly rounded s*code + o, which
+// equals ggml's d * (q - offset) etc. bit for bit).
+template <int T>
+GQ_HD void decode(const uint8_t* row, int u, int p, bool full, float (&v)[16]) {
+  Codes r;
+  decode_codes<T>(row, u, p, full, r);
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[4 * q + i] = fmaf(r.s[q], ubyte0(r.c[q], i), r.o[q]);
 }
 
 }  // namespace gq

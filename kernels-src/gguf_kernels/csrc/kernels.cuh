@@ -307,6 +307,64 @@ template <> struct Mma<__half> {
   }
 };
 
+// Four byte codes (each < 2^BITS) -> two pairs of s*code + o in XT, for the A fragments:
+// lo = elements {0, 1}, hi = elements {2, 3}. The code is placed in the mantissa under a
+// fixed exponent (bf16 0x43xx = 128 + code for 7-bit codes; fp16 0x64xx = 1024 + code for
+// 8-bit ones), the base is subtracted exactly, then one fused multiply-add applies the scale.
+template <typename XT, int BITS> struct PairConv { static constexpr bool OK = false; };
+template <int BITS> struct PairConv<__nv_bfloat16, BITS> {
+  static constexpr bool OK = BITS <= 7;
+  static __device__ __forceinline__ uint32_t bcast(float v) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(v, v);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ void run(uint32_t c, uint32_t s2, uint32_t o2, uint32_t& lo, uint32_t& hi) {
+    const uint32_t vlo = __byte_perm(c, 0x43434343u, 0x4140), vhi = __byte_perm(c, 0x43434343u, 0x4342);
+    const uint32_t base = 0x43004300u;  // bf16 {128, 128}
+    const __nv_bfloat162 S = *reinterpret_cast<const __nv_bfloat162*>(&s2), O = *reinterpret_cast<const __nv_bfloat162*>(&o2);
+    const __nv_bfloat162 B = *reinterpret_cast<const __nv_bfloat162*>(&base);
+    __nv_bfloat162 rl = __hfma2(__hsub2(*reinterpret_cast<const __nv_bfloat162*>(&vlo), B), S, O);
+    __nv_bfloat162 rh = __hfma2(__hsub2(*reinterpret_cast<const __nv_bfloat162*>(&vhi), B), S, O);
+    lo = *reinterpret_cast<uint32_t*>(&rl);
+    hi = *reinterpret_cast<uint32_t*>(&rh);
+  }
+};
+template <int BITS> struct PairConv<__half, BITS> {
+  static constexpr bool OK = BITS <= 8;
+  static __device__ __forceinline__ uint32_t bcast(float v) {
+    __half2 h = __floats2half2_rn(v, v);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ void run(uint32_t c, uint32_t s2, uint32_t o2, uint32_t& lo, uint32_t& hi) {
+    const uint32_t vlo = __byte_perm(c, 0x64646464u, 0x4140), vhi = __byte_perm(c, 0x64646464u, 0x4342);
+    const uint32_t base = 0x64006400u;  // fp16 {1024, 1024}
+    const __half2 S = *reinterpret_cast<const __half2*>(&s2), O = *reinterpret_cast<const __half2*>(&o2);
+    const __half2 B = *reinterpret_cast<const __half2*>(&base);
+    __half2 rl = __hfma2(__hsub2(*reinterpret_cast<const __half2*>(&vlo), B), S, O);
+    __half2 rh = __hfma2(__hsub2(*reinterpret_cast<const __half2*>(&vhi), B), S, O);
+    lo = *reinterpret_cast<uint32_t*>(&rl);
+    hi = *reinterpret_cast<uint32_t*>(&rh);
+  }
+};
+
+// Scales/offsets of the four groups as broadcast pairs (converted once per distinct value).
+template <int T, typename XT>
+__device__ __forceinline__ void affine_pairs(const Codes& r, uint32_t (&s2)[4], uint32_t (&o2)[4]) {
+  using PC = PairConv<XT, CodeBits<T>::BITS>;
+  if constexpr (CodeBits<T>::PAIRED) {
+    s2[0] = s2[1] = PC::bcast(r.s[0]);
+    o2[0] = o2[1] = PC::bcast(r.o[0]);
+    s2[2] = s2[3] = PC::bcast(r.s[2]);
+    o2[2] = o2[3] = PC::bcast(r.o[2]);
+  } else {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      s2[q] = PC::bcast(r.s[q]);
+      o2[q] = PC::bcast(r.o[q]);
+    }
+  }
+}
+
 template <int T>
 struct MmaGeom {
   static constexpr int CE = 256;                                       // elements per chunk (4 units)
@@ -398,21 +456,23 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs a) {
   const int nchunks = (K + G::CE - 1) / G::CE;
   const int mychunks = nchunks > warp ? (nchunks - warp + W - 1) / W : 0;
 
+  const int rb32 = (int)a.row_bytes;  // rows are < 2 GiB
+  constexpr int NSLOT = (16 * PMAX + 31) / 32;
   auto issue = [&](int i) {  // local chunk i of this warp -> stage i % S
     if (i < mychunks) {
       const int64_t ch = warp + (int64_t)i * W;
-      const int64_t bytes = min((int64_t)CB, a.row_bytes - ch * CB);
+      const uint32_t bytes = (uint32_t)min((int64_t)CB, a.row_bytes - ch * CB);
       uint8_t* sb = buf + (i % S) * 16 * ROWBUF;
 #pragma unroll
-      for (int j = 0; j < (16 * PMAX + 31) / 32; ++j) {
+      for (int j = 0; j < NSLOT; ++j) {
         const int idx = lane + 32 * j;
         const int r = idx / PMAX, pc = idx - r * PMAX;
         if (r < 16) {
-          const uintptr_t s = reinterpret_cast<uintptr_t>(
-              wbase + (int64_t)min(n0 + r, N - 1) * a.row_bytes + ch * CB);
-          const uintptr_t a0 = s & ~(uintptr_t)15;
-          const int pieces = (int)((((s + bytes + 15) & ~(uintptr_t)15) - a0) >> 4);
-          if (pc < pieces) cp_async16(sb + r * ROWBUF + pc * 16, reinterpret_cast<const void*>(a0 + pc * 16));
+          const uintptr_t s = reinterpret_cast<uintptr_t>(wbase + ch * CB) + (uintptr_t)((int64_t)min(n0 + r, N - 1) * (int64_t)rb32);
+          const uint32_t mis = (uint32_t)s & 15u;
+          const int pieces = (int)((mis + bytes + 15u) >> 4);
+          if (pc < pieces)
+            cp_async16(sb + r * ROWBUF + pc * 16, reinterpret_cast<const void*>((s & ~(uintptr_t)15) + pc * 16));
         }
       }
     }
@@ -451,18 +511,39 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs a) {
             if (xok[t] && (q < 2 || full))
               xv[t][q] = __ldg(reinterpret_cast<const uint2*>(xp[t] + U * 64 + 16 * q));
           }
-        float vg[16], vg8[16];
-        decode<T>(pg, uu, c, full, vg);
-        decode<T>(pg8, uu, c, full, vg8);
+        if constexpr (PairConv<XT, CodeBits<T>::BITS>::OK) {
+          // codes straight to bf16/fp16 pairs
+          Codes cg, cg8;
+          decode_codes<T>(pg, uu, c, full, cg);
+          decode_codes<T>(pg8, uu, c, full, cg8);
+          uint32_t sg[4], og[4], sg8[4], og8[4];
+          affine_pairs<T, XT>(cg, sg, og);
+          affine_pairs<T, XT>(cg8, sg8, og8);
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          if (q < 2 || full) {
-            const uint32_t a0 = Mma<XT>::pack(vg[4 * q], vg[4 * q + 1]);
-            const uint32_t a1 = Mma<XT>::pack(vg8[4 * q], vg8[4 * q + 1]);
-            const uint32_t a2 = Mma<XT>::pack(vg[4 * q + 2], vg[4 * q + 3]);
-            const uint32_t a3 = Mma<XT>::pack(vg8[4 * q + 2], vg8[4 * q + 3]);
+          for (int q = 0; q < 4; ++q) {
+            if (q < 2 || full) {
+              uint32_t a0, a1, a2, a3;
+              PairConv<XT, CodeBits<T>::BITS>::run(cg.c[q], sg[q], og[q], a0, a2);
+              PairConv<XT, CodeBits<T>::BITS>::run(cg8.c[q], sg8[q], og8[q], a1, a3);
 #pragma unroll
-            for (int t = 0; t < NT; ++t) Mma<XT>::mma(acc[t][q], a0, a1, a2, a3, xv[t][q].x, xv[t][q].y);
+              for (int t = 0; t < NT; ++t) Mma<XT>::mma(acc[t][q], a0, a1, a2, a3, xv[t][q].x, xv[t][q].y);
+            }
+          }
+        } else {
+          // 8-bit codes under bf16: through fp32
+          float vg[16], vg8[16];
+          decode<T>(pg, uu, c, full, vg);
+          decode<T>(pg8, uu, c, full, vg8);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            if (q < 2 || full) {
+              const uint32_t a0 = Mma<XT>::pack(vg[4 * q], vg[4 * q + 1]);
+              const uint32_t a1 = Mma<XT>::pack(vg8[4 * q], vg8[4 * q + 1]);
+              const uint32_t a2 = Mma<XT>::pack(vg[4 * q + 2], vg[4 * q + 3]);
+              const uint32_t a3 = Mma<XT>::pack(vg8[4 * q + 2], vg8[4 * q + 3]);
+#pragma unroll
+              for (int t = 0; t < NT; ++t) Mma<XT>::mma(acc[t][q], a0, a1, a2, a3, xv[t][q].x, xv[t][q].y);
+            }
           }
         }
       }

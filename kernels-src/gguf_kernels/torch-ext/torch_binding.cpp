@@ -102,12 +102,12 @@ int env_int(const char* name, int dflt) {
 // and multiplied by cuBLAS. The tensor-core kernel re-reads W once per 16 rows of x, the fp32
 // one once per 8 and does every product on FMA units, hence the lower default.
 int gemv_max_m(bool mma) {
-  static const int v_mma = env_int("GGUF_KERNELS_GEMV_MAX_M", 64);
+  static const int v_mma = env_int("GGUF_KERNELS_GEMV_MAX_M", 32);
   static const int v_fma = env_int("GGUF_KERNELS_GEMV_MAX_M", 16);
   return mma ? v_mma : v_fma;
 }
 int moe_pairs_max() {
-  static const int v = env_int("GGUF_KERNELS_MOE_PAIRS_MAX", 16);
+  static const int v = env_int("GGUF_KERNELS_MOE_PAIRS_MAX", 64);
   return v;
 }
 // bf16/fp16 activations use the tensor-core small-M kernel unless GGUF_KERNELS_NO_MMA=1.

@@ -8,12 +8,12 @@ operations (`conversions.py`), so quantized weights keep their blocks.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
 
 from ..gguf_io.reader import GgufFile
-from .conversions import NormPlusOne, Reshape, RopeUnpermuteRows
+from .conversions import GptOssExpertsLayout, NormPlusOne, Reshape, RopeUnpermuteRows
 
 __all__ = ["ArchRules", "ARCH_RULES", "TensorPlan", "gguf_names", "plan_tensors", "is_supported", "weight_transforms"]
 
@@ -26,6 +26,9 @@ class ArchRules:
     rope_permuted: bool = False
     # RMSNorm weights stored as `1 + w` (the HF Gemma norms multiply by `1 + w`)
     norm_plus_one: bool = False
+    # transformers' experts are gpt-oss's `GptOssExperts` (`x @ W`: gate_up [E, H, 2I] with gate and
+    # up interleaved, down [E, I, H]); llama.cpp split and transposed them to [E, I, H] / [E, H, I]
+    experts_interleaved: bool = False
 
 
 ARCH_RULES: dict[str, ArchRules] = {
@@ -40,6 +43,7 @@ ARCH_RULES: dict[str, ArchRules] = {
     "stablelm": ArchRules(),
     "gemma2": ArchRules(norm_plus_one=True),
     "gemma3": ArchRules(norm_plus_one=True),
+    "gpt-oss": ArchRules(experts_interleaved=True),
 }
 
 _ARCH_BY_NAME = {name: arch for arch, name in MODEL_ARCH_NAMES.items()}
@@ -59,6 +63,11 @@ class TensorPlan:
     plus_one: set[str]  # model names of norms stored as 1 + w
     reshape: dict[str, tuple[int, ...]]  # float tensors stored flatter than the parameter
     unmatched: list[str]  # gguf names no model parameter claims
+    # model names whose every source is quantized in the file (kept packed unless unpacked)
+    quantized: set[str] = field(default_factory=set)
+    # gpt-oss expert parameters -> their `GptOssExpertsLayout` part, applied only when the experts
+    # module is not packed (GgufExperts keeps llama.cpp's layout)
+    experts_layout: dict[str, str] = field(default_factory=dict)
 
     def conversion(self, hf_name: str):
         """The conversion op a parameter needs, or None when renaming is all."""
@@ -73,6 +82,20 @@ class TensorPlan:
     def sources(self, hf_name: str) -> list[str]:
         return self.merges.get(hf_name, [hf_name])
 
+    def experts_packed(self, hf_name: str, unpack) -> bool:
+        """Whether the experts module owning `hf_name` becomes a GgufExperts: both its weights are
+        quantized in the file and neither is unpacked (what `packing.swap_modules` requires)."""
+        module = hf_name.rpartition(".")[0]
+        weights = (f"{module}.gate_up_proj", f"{module}.down_proj")
+        return all(w in self.quantized and w not in unpack for w in weights)
+
+    def layout_op(self, hf_name: str, unpack) -> GptOssExpertsLayout | None:
+        """The op putting a float gpt-oss expert tensor in transformers' layout, or None."""
+        part = self.experts_layout.get(hf_name)
+        if part is None or self.experts_packed(hf_name, unpack):
+            return None
+        return GptOssExpertsLayout(part)
+
 
 def _layer_count(config) -> int:
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -82,6 +105,9 @@ def _layer_count(config) -> int:
 # transformers 5 fuses each MoE layer's experts into `gate_up_proj` [E, 2I, H] and `down_proj`
 # [E, H, I]; llama.cpp stores gate, up and down as separate [E, rows, cols] tensors.
 _EXPERT_PARTS = {"gate_up_proj": ("ffn_gate_exps", "ffn_up_exps"), "down_proj": ("ffn_down_exps",)}
+# The parts whose float layout differs between llama.cpp and transformers' GptOssExperts (the down
+# bias [E, H] is the same in both).
+_GPT_OSS_PARTS = {"gate_up_proj": "gate_up", "gate_up_proj_bias": "gate_up_bias", "down_proj": "down"}
 
 
 def gguf_names(model, arch: str) -> dict[str, list[str]]:
@@ -99,10 +125,15 @@ def gguf_names(model, arch: str) -> dict[str, list[str]]:
                 if hf in params:
                     out[hf] = [f"blk.{m[1]}.{part}.{suffix}" for part in parts]
     for hf_name in model.state_dict():
+        if hf_name in out:
+            continue
         base, _, suffix = hf_name.rpartition(".")
-        gguf_base = name_map.get_name(base)
-        if gguf_base is not None and hf_name not in out:
+        if (gguf_base := name_map.get_name(base)) is not None:
             out[hf_name] = [f"{gguf_base}.{suffix}"]
+        elif (gguf_base := name_map.get_name(hf_name)) is not None:
+            # A bare parameter of its module (gpt-oss's `self_attn.sinks`): llama.cpp's converter
+            # names the tensor after it and adds `.weight`.
+            out[hf_name] = [f"{gguf_base}.weight"]
     return out
 
 
@@ -114,9 +145,16 @@ def plan_tensors(model, gguf: GgufFile) -> TensorPlan:
 
     hf_names: dict[str, str] = {}
     merges: dict[str, list[str]] = {}
+    quantized: set[str] = set()
+    experts_layout: dict[str, str] = {}
     for hf_name, names in gguf_names(model, arch).items():
         if not all(n in gguf.tensors for n in names) or any(n in hf_names for n in names):
             continue
+        if all(gguf.tensors[n].type.quantized for n in names):
+            quantized.add(hf_name)
+        module_name, _, param = hf_name.rpartition(".")
+        if rules.experts_interleaved and module_name.endswith(".experts") and param in _GPT_OSS_PARTS:
+            experts_layout[hf_name] = _GPT_OSS_PARTS[param]
         if len(names) == 1:
             hf_names[names[0]] = hf_name
             continue
@@ -141,7 +179,7 @@ def plan_tensors(model, gguf: GgufFile) -> TensorPlan:
         if rules.norm_plus_one and re.search(r"norm\.weight$", gguf_name):
             plus_one.add(hf_name)
     unmatched = [name for name in gguf.tensors if name not in hf_names]
-    return TensorPlan(hf_names, merges, rope_rows, plus_one, reshape, unmatched)
+    return TensorPlan(hf_names, merges, rope_rows, plus_one, reshape, unmatched, quantized, experts_layout)
 
 
 _LAYER = re.compile(r"^blk\.(\d+)\.")
@@ -189,16 +227,22 @@ def weight_transforms(plan: TensorPlan, unpack: dict[str, dict[str, int]], dtype
         op = plan.conversion(hf_name)
         if isinstance(op, NormPlusOne):
             op = NormPlusOne(dtype)
-        return ops + ([op] if op is not None else [])
+        layout = plan.layout_op(hf_name, unpack)
+        return ops + [o for o in (op, layout) if o is not None]
 
     # A key is claimed by the first converter that matches it: exact (unpacked) ones go first.
     for hf_name, types in unpack.items():
         sources = [_exact(src) for src in plan.sources(hf_name)]
         ops = [Unpack({_exact(src): t for src, t in types.items()}, dtype), *ops_for(hf_name)]
         transforms.append(WeightConverter(sources, hf_name, ops))
+    # Float tensors of gpt-oss experts left unpacked change layout, layer by layer (another layer's
+    # experts may be packed and keep llama.cpp's).
+    relaid = {h for h in plan.experts_layout if h not in unpack and plan.layout_op(h, unpack) is not None}
+    for hf_name in sorted(relaid):
+        transforms.append(WeightConverter([_exact(src) for src in plan.sources(hf_name)], hf_name, ops_for(hf_name)))
     generic: dict[tuple[str, ...], str] = {}
     for hf_name in plan.rope_rows.keys() | plan.plus_one | plan.merges.keys() | plan.reshape.keys():
-        if hf_name not in unpack:
+        if hf_name not in unpack and hf_name not in relaid:
             generic.setdefault(tuple(_hf_pattern(src) for src in plan.sources(hf_name)), hf_name)
     for patterns, hf_name in generic.items():
         target = re.sub(r"\.(\d+)\.", r".\\1.", hf_name, count=1)

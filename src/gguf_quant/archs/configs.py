@@ -9,6 +9,7 @@ set the way llama.cpp sets them, so both run the same model.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 __all__ = ["CONFIG_BUILDERS"]
@@ -44,7 +45,8 @@ def _base(meta: dict, names: tuple[str, ...], arch: str, model_type: str, cls: s
     if scaling in ("linear", "yarn"):
         rope = config["rope_parameters"] | {"rope_type": scaling, "factor": key("rope.scaling.factor")}
         if scaling == "yarn":
-            rope["original_max_position_embeddings"] = key("rope.scaling.original_context_length")
+            # llama.cpp falls back to the training context when the file names no original one
+            rope["original_max_position_embeddings"] = key("rope.scaling.original_context_length", key("context_length"))
         config["rope_parameters"] = rope
     return config
 
@@ -132,6 +134,54 @@ def _gemma3(meta, names):
     return config
 
 
+def _swa_layers(meta: dict, arch: str, layers: int, period: int) -> list[str]:
+    """transformers `layer_types` from llama.cpp's sliding-window pattern: an explicit per-layer
+    array, or a period `n` in which every layer but the last of each `n` slides (0: all slide);
+    `period` is the architecture's default when the file states none."""
+    pattern = meta.get(f"{arch}.attention.sliding_window_pattern", period)
+    if isinstance(pattern, (list, tuple)):
+        swa = [bool(x) for x in pattern[:layers]]
+    else:
+        swa = [pattern == 0 or i % pattern < pattern - 1 for i in range(layers)]
+    return ["sliding_attention" if s else "full_attention" for s in swa]
+
+
+def _gpt_oss_rope(meta: dict, config: dict) -> dict:
+    """llama.cpp runs gpt-oss's YaRN with its own constants, not those the converter writes:
+    beta_fast 32 / beta_slow 1 (the `yarn_beta_*` keys are not read for this architecture), the
+    correction range rounded outwards (ggml floors/ceils it: transformers' `truncate=True`), and
+    cos/sin scaled by `0.1 ln(factor) + 1` times the file's `rope.scaling.attn_factor`."""
+    rope = dict(config["rope_parameters"])
+    if rope["rope_type"] != "yarn":
+        return rope
+    rope |= {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
+    if (attn := meta.get("gpt-oss.rope.scaling.attn_factor")) is not None:
+        factor = rope["factor"]
+        rope["attention_factor"] = (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0) * attn
+    return rope
+
+
+def _gpt_oss(meta, names):
+    arch = "gpt-oss"
+    config = _base(meta, names, arch, "gpt_oss", "GptOssForCausalLM")
+    base_swa = meta.get(f"{arch}.rope.freq_base_swa")
+    if base_swa is not None and base_swa != config["rope_parameters"]["rope_theta"]:
+        # transformers' GptOssModel has one rotary embedding for every layer.
+        raise ValueError(f"gpt-oss: a sliding-window rope base ({base_swa}) other than the global one is not supported")
+    # llama.cpp sizes the experts by expert_feed_forward_length; feed_forward_length is not used.
+    config["intermediate_size"] = meta[f"{arch}.expert_feed_forward_length"]
+    config["num_local_experts"] = meta[f"{arch}.expert_count"]
+    config["num_experts_per_tok"] = meta[f"{arch}.expert_used_count"]
+    config["sliding_window"] = meta.get(f"{arch}.attention.sliding_window")
+    config["layer_types"] = _swa_layers(meta, arch, config["num_hidden_layers"], period=2)
+    config["rope_parameters"] = _gpt_oss_rope(meta, config)
+    # Constants of llama.cpp's LLM_FFN_SWIGLU_OAI_MOE, not stored in the file.
+    config["swiglu_alpha"], config["swiglu_limit"] = 1.702, 7.0
+    # llama.cpp loads q/k/v biases when present (the output bias is required).
+    config["attention_bias"] = "blk.0.attn_q.bias" in names
+    return config
+
+
 CONFIG_BUILDERS: dict[str, Callable[[dict, tuple], dict]] = {
     "llama": _llama,
     "qwen2": _qwen2,
@@ -141,4 +191,5 @@ CONFIG_BUILDERS: dict[str, Callable[[dict, tuple], dict]] = {
     "phi3": _phi3,
     "gemma2": _gemma2,
     "gemma3": _gemma3,
+    "gpt-oss": _gpt_oss,
 }

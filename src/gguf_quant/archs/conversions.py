@@ -12,7 +12,7 @@ from transformers.core_model_loading import ConversionOps
 
 from ..ggml import dequantize
 
-__all__ = ["RopeUnpermuteRows", "NormPlusOne", "Reshape", "ConcatRows", "Unpack", "Quantize"]
+__all__ = ["RopeUnpermuteRows", "NormPlusOne", "Reshape", "ConcatRows", "GptOssExpertsLayout", "Unpack", "Quantize"]
 
 
 def _single(input_dict: dict) -> torch.Tensor:
@@ -75,6 +75,36 @@ class ConcatRows(ConversionOps):
         parts = [p[0] if isinstance(p, list) else p for p in parts]
         # dim 1 is the row axis after the expert axis, for weights [E, rows, cols] and biases [E, rows].
         return {full_layer_name: torch.cat(parts, dim=1)}
+
+
+class GptOssExpertsLayout(ConversionOps):
+    """Float gpt-oss experts from llama.cpp's layout to transformers' `GptOssExperts` one.
+
+    After `ConcatRows`, llama.cpp's tensors are `gate_up` `[E, 2I, H]` (gate rows, then up rows),
+    `down` `[E, H, I]` and biases `[E, 2I]` / `[E, H]`. `GptOssExperts` multiplies from the left
+    (`x @ W`), so it stores `gate_up_proj` `[E, H, 2I]` and `down_proj` `[E, I, H]`, with gate and
+    up interleaved along 2I (gate at even, up at odd positions), biases likewise. Only for a
+    module left unpacked: `GgufExperts` keeps llama.cpp's layout."""
+
+    supports_packed = False
+
+    def __init__(self, part: str):
+        if part not in ("gate_up", "gate_up_bias", "down", "down_bias"):
+            raise ValueError(f"GptOssExpertsLayout: unknown part {part!r}")
+        self.part = part
+
+    @staticmethod
+    def _interleave(t: torch.Tensor) -> torch.Tensor:
+        """[..., 2I] as (gate, up) halves -> [..., 2I] as (gate_0, up_0, gate_1, up_1, ...)."""
+        return t.unflatten(-1, (2, -1)).transpose(-1, -2).flatten(-2)
+
+    def convert(self, input_dict, source_patterns=None, target_patterns=None, full_layer_name=None, **kwargs):
+        t = _single(input_dict)
+        if self.part in ("gate_up", "down"):
+            t = t.transpose(-1, -2)
+        if self.part.startswith("gate_up"):
+            t = self._interleave(t)
+        return {full_layer_name: t.contiguous()}
 
 
 class Unpack(ConversionOps):

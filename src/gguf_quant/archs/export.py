@@ -15,16 +15,16 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFValueType, Keys, LlamaFileType, MODEL_ARCH_NAMES, get_tensor_name_map
+from gguf import GGMLQuantizationType, GGUFValueType, Keys, LlamaFileType
 from gguf.gguf_writer import GGUFValue
 
 from ..ggml.types import ggml_type
 from ..modules import GgufEmbedding, GgufExperts, GgufLinear
-from . import ARCH_RULES, ArchRules
+from . import ARCH_RULES, ArchRules, gguf_names
 
 __all__ = [
     "ExportError",
@@ -55,8 +55,8 @@ EXPORT_ARCHS: dict[str, str] = {
     "gemma3_text": "gemma3",
     "qwen2_moe": "qwen2moe",
     "qwen3_moe": "qwen3moe",
+    "mixtral": "llama",  # llama.cpp writes Mixtral as llama with experts
 }
-_ARCH_BY_NAME = {name: arch for arch, name in MODEL_ARCH_NAMES.items()}
 
 _F32 = GGMLQuantizationType.F32
 _FLOAT_QTYPES = {torch.float32: _F32, torch.float16: GGMLQuantizationType.F16, torch.bfloat16: GGMLQuantizationType.BF16}
@@ -164,43 +164,22 @@ def _q_or_k(gguf_name: str) -> str | None:
     return m[1] if m else None
 
 
-class _Namer:
-    """transformers parameter names -> GGUF tensor names, through gguf-py's name table."""
-
-    def __init__(self, arch: str, n_layers: int):
-        self.map = get_tensor_name_map(_ARCH_BY_NAME[arch], n_layers)
-
-    def __call__(self, module_name: str, suffix: str) -> str | None:
-        base = self.map.get_name(module_name)
-        return None if base is None else f"{base}.{suffix}"
+# Tensors llama.cpp declares flatter than transformers' parameter: Qwen2-MoE's shared-expert
+# gate is a `[1, hidden]` Linear in transformers, a `{n_embd}` vector in llama.cpp.
+_VECTORS = re.compile(r"\.ffn_gate_inp_shexp\.weight$")
 
 
-def _expert_tensors(module_name: str, module: torch.nn.Module, namer: _Namer) -> list[ExportTensor]:
-    """A fused experts module: `gate_up_proj` `[E, 2I, H]` is llama.cpp's `ffn_gate_exps` (first
-    I rows of each expert) and `ffn_up_exps` (the next I); `down_proj` is `ffn_down_exps`."""
-    gate = namer(f"{module_name}.gate_proj", "weight")
-    up = namer(f"{module_name}.up_proj", "weight")
-    down = namer(f"{module_name}.down_proj", "weight")
-    if None in (gate, up, down):
-        raise ExportError(f"save_gguf: no GGUF names for the experts of {module_name}")
-    gate_up, down_w = module.gate_up_proj, module.down_proj
-    inter = gate_up.shape[1] // 2
-    if isinstance(module, GgufExperts):
-        out = [
-            _packed_tensor(gate, gate_up[:, :inter], module.gate_up_qtype, module.hidden_dim),
-            _packed_tensor(up, gate_up[:, inter:], module.gate_up_qtype, module.hidden_dim),
-            _packed_tensor(down, down_w, module.down_qtype, module.intermediate_dim),
-        ]
-    else:
-        out = [_float_tensor(gate, gate_up[:, :inter]), _float_tensor(up, gate_up[:, inter:]), _float_tensor(down, down_w)]
-    bias = lambda name: name.replace(".weight", ".bias")  # noqa: E731
-    if (b := getattr(module, "gate_up_proj_bias", None)) is not None:
-        out += [_float_tensor(bias(gate), b[:, :inter], force_f32=True), _float_tensor(bias(up), b[:, inter:], force_f32=True)]
-    if (b := getattr(module, "down_proj_bias", None)) is not None:
-        out.append(_float_tensor(bias(down), b, force_f32=True))
-    return out
-
-
+def _packing(module: torch.nn.Module, param: str) -> tuple[int, int] | None:
+    """(ggml type, elements per row) of a parameter held as ggml blocks, or None for a float one."""
+    if param == "weight" and isinstance(module, GgufLinear):
+        return module.qtype, module.in_features
+    if param == "weight" and isinstance(module, GgufEmbedding):
+        return module.qtype, module.embedding_dim
+    if isinstance(module, GgufExperts) and param == "gate_up_proj":
+        return module.gate_up_qtype, module.hidden_dim
+    if isinstance(module, GgufExperts) and param == "down_proj":
+        return module.down_qtype, module.intermediate_dim
+    return None
 
 
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -210,56 +189,60 @@ def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
 def export_tensors(model: torch.nn.Module, arch: str) -> list[ExportTensor]:
     """Every GGUF tensor of `model` in llama.cpp's naming and layout, in the model's order.
 
-    Raises ExportError naming any parameter with no GGUF counterpart, rather than dropping it.
+    Names come from `archs.gguf_names` (the table the loader inverts); a parameter with no GGUF
+    name raises ExportError rather than being dropped.
     """
     text = _text_config(model.config)
+    if any(p.device.type == "meta" for p in model.parameters()):
+        raise ExportError("save_gguf: the model has weights on the meta device (not loaded); load them first")
     rules = _rules(arch)
-    namer = _Namer(arch, int(text.num_hidden_layers))
     heads = {"q": text.num_attention_heads, "k": getattr(text, "num_key_value_heads", None) or text.num_attention_heads}
+    names = gguf_names(model, arch)
+    embed = model.get_input_embeddings().weight if hasattr(model, "get_input_embeddings") else None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
 
     out: list[ExportTensor] = []
     unnamed: list[str] = []
-    done: set[str] = set()
-    embed = model.get_input_embeddings().weight if hasattr(model, "get_input_embeddings") else None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    for module_name, module in model.named_modules():
-        if isinstance(module, GgufExperts) or (
-            module_name.endswith(".experts") and isinstance(getattr(module, "gate_up_proj", None), torch.Tensor)
-        ):
-            out += _expert_tensors(module_name, module, namer)
-            done |= {f"{module_name}.{n}" for n, _ in module.named_parameters(recurse=False)}
+    for hf_name, t in model.state_dict(keep_vars=True).items():
+        module_name, _, param = hf_name.rpartition(".")
+        module = model.get_submodule(module_name)
+        # llama.cpp reuses token_embd when the file has no output projection: a tied head
+        # is written once, as the embedding.
+        if module is head and param == "weight" and embed is not None and _same_storage(t, embed):
             continue
-        for param_name, t in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False)):
-            full = f"{module_name}.{param_name}" if module_name else param_name
-            if full in done or param_name in getattr(module, "_non_persistent_buffers_set", ()):
-                continue
-            done.add(full)
-            # llama.cpp reuses token_embd when the file has no output projection: a tied head
-            # is written once, as the embedding.
-            if module is head and param_name == "weight" and embed is not None and _same_storage(t, embed):
-                continue
-            gguf_name = namer(module_name, param_name)
-            if gguf_name is None:
-                unnamed.append(full)
-                continue
-            out.append(_one_tensor(gguf_name, module, param_name, t, rules, heads))
+        if hf_name not in names:
+            unnamed.append(hf_name)
+            continue
+        out += _tensors_of(names[hf_name], t, _packing(module, param), rules, heads)
     if unnamed:
         raise ExportError(f"save_gguf: no GGUF tensor name for {', '.join(unnamed)} (architecture {arch})")
     out += _extra_tensors(text, arch)
     return out
 
 
-def _one_tensor(gguf_name: str, module, param_name: str, t: torch.Tensor, rules: ArchRules, heads: dict) -> ExportTensor:
+def _tensors_of(gguf_names_: list[str], t: torch.Tensor, packing, rules: ArchRules, heads: dict) -> list[ExportTensor]:
+    """The GGUF tensor(s) of one parameter: a fused expert `gate_up_proj` `[E, 2I, ...]` is two,
+    llama.cpp's gate (the first I rows of each expert) and up (the next I)."""
+    if len(gguf_names_) > 1:
+        rows = t.shape[1] // len(gguf_names_)
+        parts = [t[:, i * rows : (i + 1) * rows] for i in range(len(gguf_names_))]
+    else:
+        parts = [t]
+    return [_one_tensor(name, part, packing, rules, heads) for name, part in zip(gguf_names_, parts)]
+
+
+def _one_tensor(gguf_name: str, t: torch.Tensor, packing, rules: ArchRules, heads: dict) -> ExportTensor:
     qk = _q_or_k(gguf_name) if rules.rope_permuted else None
     permute = (lambda x, n=heads[qk]: rope_permute_rows(x, n)) if qk else None  # noqa: E731
-    if param_name == "weight" and isinstance(module, (GgufLinear, GgufEmbedding)):
-        cols = module.in_features if isinstance(module, GgufLinear) else module.embedding_dim
-        return _packed_tensor(gguf_name, t, module.qtype, cols, permute)
+    if packing is not None:
+        return _packed_tensor(gguf_name, t, *packing, permute)
     if t.dtype == torch.uint8:
         raise ExportError(f"save_gguf: {gguf_name} holds raw bytes in a module that does not say their ggml type")
     if rules.norm_plus_one and _is_norm(gguf_name):
         # Gemma's RMSNorm multiplies by (1 + w); llama.cpp's by the stored value. Add in float32.
         return _float_tensor(gguf_name, t, lambda x: x.to(torch.float32) + 1.0, force_f32=True)
+    if _VECTORS.search(gguf_name):
+        return _float_tensor(gguf_name, t.reshape(-1), force_f32=True)
     return _float_tensor(gguf_name, t, permute)
 
 
@@ -274,7 +257,8 @@ def _extra_tensors(text, arch: str) -> list[ExportTensor]:
 
 def _llama3_rope_factors(text) -> torch.Tensor:
     """llama.cpp applies Llama 3.1's frequency scaling as a per-frequency divisor (`rope_freqs`):
-    the default inverse frequencies over the scaled ones, both from transformers' own rope code."""
+    the unscaled inverse frequencies `base^(-2i/d)` over the ones transformers' llama3 rope
+    code computes, so the two runtimes rotate by the same angles."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](text, "cpu")
@@ -403,7 +387,9 @@ def _gemma_metadata(text, arch: str, period: int, layers_27b: int) -> dict[str, 
     return meta
 
 
-def _moe_metadata(text, arch: str, shared: bool, norm_topk: bool) -> dict[str, GGUFValue]:
+def _moe_metadata(text, arch: str, norm_topk: bool, shared: bool = False) -> dict[str, GGUFValue]:
+    """Expert counts and widths; `norm_topk`: whether llama.cpp renormalises the chosen experts'
+    weights for this architecture (it fixes that per architecture, transformers reads it)."""
     k = lambda key: key.format(arch=arch)  # noqa: E731
     if (getattr(text, "decoder_sparse_step", 1) or 1) != 1 or getattr(text, "mlp_only_layers", None):
         raise ExportError(f"save_gguf: llama.cpp's {arch} needs experts in every layer (decoder_sparse_step=1, no mlp_only_layers)")
@@ -413,10 +399,13 @@ def _moe_metadata(text, arch: str, shared: bool, norm_topk: bool) -> dict[str, G
             f"{'always' if norm_topk else 'never'} renormalises the top-k router weights"
         )
     meta = {
-        k(Keys.LLM.EXPERT_COUNT): _u32(text.num_experts),
+        k(Keys.LLM.EXPERT_COUNT): _u32(getattr(text, "num_experts", None) or text.num_local_experts),
         k(Keys.LLM.EXPERT_USED_COUNT): _u32(text.num_experts_per_tok),
-        k(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH): _u32(text.moe_intermediate_size),
     }
+    # Mixtral's experts are intermediate_size wide (llama.cpp reads feed_forward_length for them).
+    width = getattr(text, "moe_intermediate_size", None) or getattr(text, "intermediate_size", None)
+    if width:
+        meta[k(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH)] = _u32(width)
     if shared and getattr(text, "shared_expert_intermediate_size", None):
         meta[k(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH)] = _u32(text.shared_expert_intermediate_size)
     return meta
@@ -436,9 +425,11 @@ def arch_metadata(config, arch: str | None = None) -> dict[str, GGUFValue]:
     elif arch == "gemma3":
         meta.update(_gemma_metadata(text, arch, period=6, layers_27b=62))
     elif arch == "qwen2moe":
-        meta.update(_moe_metadata(text, arch, shared=True, norm_topk=False))
+        meta.update(_moe_metadata(text, arch, norm_topk=False, shared=True))
     elif arch == "qwen3moe":
-        meta.update(_moe_metadata(text, arch, shared=False, norm_topk=True))
+        meta.update(_moe_metadata(text, arch, norm_topk=True))
+    elif arch == "llama" and getattr(text, "num_local_experts", None):
+        meta.update(_moe_metadata(text, arch, norm_topk=True))  # Mixtral; each expert is feed_forward_length wide
     return meta
 
 
@@ -472,29 +463,3 @@ def file_type(tensors: list[ExportTensor]) -> int | None:
         if name in LlamaFileType.__members__:
             return int(LlamaFileType[name])
     return None
-
-
-def plain_value(value: Any) -> GGUFValue:
-    """A metadata value read back without its GGUF type, typed the way llama.cpp's loader
-    expects keys of its kind: counts and ids uint32, reals float32, int arrays int32 (as
-    gguf-py writes them)."""
-    if isinstance(value, bool):
-        return GGUFValue(value, GGUFValueType.BOOL)
-    if isinstance(value, int):
-        if 0 <= value < 2**32:
-            return GGUFValue(value, GGUFValueType.UINT32)
-        return GGUFValue(value, GGUFValueType.INT64 if value < 0 else GGUFValueType.UINT64)
-    if isinstance(value, float):
-        return GGUFValue(value, GGUFValueType.FLOAT32)
-    if isinstance(value, str):
-        return GGUFValue(value, GGUFValueType.STRING)
-    if isinstance(value, (list, tuple)) and value:
-        first = value[0]
-        sub = (
-            GGUFValueType.BOOL if isinstance(first, bool)
-            else GGUFValueType.INT32 if isinstance(first, int)
-            else GGUFValueType.FLOAT32 if isinstance(first, float)
-            else GGUFValueType.STRING
-        )
-        return GGUFValue(list(value), GGUFValueType.ARRAY, sub)
-    raise ExportError(f"save_gguf: metadata value {value!r} has no GGUF type")

@@ -21,6 +21,7 @@ import logging
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from gguf import GGML_QUANT_VERSION, GGMLQuantizationType, GGUFValueType, GGUFWriter, Keys, TokenType
@@ -77,8 +78,8 @@ def _destination(path, overwrite: bool) -> Path:
 def _write(path: Path, arch: str, meta: dict[str, GGUFValue], tensors: list[ExportTensor], overwrite: bool) -> None:
     """Stream the file into a temporary name beside `path`, then move it into place."""
     partial = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.partial")
+    w = GGUFWriter(partial, arch)
     try:
-        w = GGUFWriter(partial, arch)
         for key, v in meta.items():
             w.add_key_value(key, v.value, v.type, v.sub_type)
         for t in tensors:
@@ -95,6 +96,7 @@ def _write(path: Path, arch: str, meta: dict[str, GGUFValue], tensors: list[Expo
         w.close()
         _move_into_place(partial, path, overwrite)
     finally:
+        w.close()  # a no-op once closed
         partial.unlink(missing_ok=True)
 
 
@@ -135,7 +137,7 @@ def model_metadata(model, arch: str, tensors: list[ExportTensor], tokenizer=None
             continue
         if key.startswith(f"{arch}.") and key in owned:
             continue
-        meta[key] = export.plain_value(value)
+        meta[key] = plain_value(value)
     if not source:
         name = getattr(model.config, "name_or_path", "") or ""
         if name:
@@ -193,11 +195,37 @@ def _source_tokenizer(source: dict, n_vocab: int | None) -> dict[str, GGUFValue]
     for key, value in source.items():
         if not key.startswith("tokenizer."):
             continue
-        v = export.plain_value(value)
+        v = plain_value(value)
         if key in _TOKENIZER_TYPES:
             v = GGUFValue(v.value, GGUFValueType.ARRAY, _TOKENIZER_TYPES[key])
         out[key] = v
     return out
+
+
+def plain_value(value: Any) -> GGUFValue:
+    """A metadata value read back without its GGUF type, typed the way llama.cpp's loader
+    expects keys of its kind: counts and ids uint32, reals float32, int arrays int32 (as
+    gguf-py writes them)."""
+    if isinstance(value, bool):
+        return GGUFValue(value, GGUFValueType.BOOL)
+    if isinstance(value, int):
+        if 0 <= value < 2**32:
+            return GGUFValue(value, GGUFValueType.UINT32)
+        return GGUFValue(value, GGUFValueType.INT64 if value < 0 else GGUFValueType.UINT64)
+    if isinstance(value, float):
+        return GGUFValue(value, GGUFValueType.FLOAT32)
+    if isinstance(value, str):
+        return GGUFValue(value, GGUFValueType.STRING)
+    if isinstance(value, (list, tuple)) and value:
+        first = value[0]
+        sub = (
+            GGUFValueType.BOOL if isinstance(first, bool)
+            else GGUFValueType.INT32 if isinstance(first, int)
+            else GGUFValueType.FLOAT32 if isinstance(first, float)
+            else GGUFValueType.STRING
+        )
+        return GGUFValue(list(value), GGUFValueType.ARRAY, sub)
+    raise ExportError(f"save_gguf: metadata value {value!r} has no GGUF type")
 
 
 # --- tokenizer from transformers -------------------------------------------------------------
