@@ -2,7 +2,7 @@
 // times, so both sides come from the same machine and run.
 //
 //   g++ -O2 -std=c++17 llama_mm_bench.cpp -I<llama.cpp>/ggml/include -L<build>/bin \
-//       -lggml -lggml-base -Wl,-rpath,<build>/bin -o llama_mm_bench
+//       -lggml -lggml-base -lggml-cuda -Wl,-rpath,<build>/bin -o llama_mm_bench
 //   ./llama_mm_bench cases.txt out.json
 //
 // cases.txt: one case a line, "dense TYPE K N M" or "moe TYPE K N T E TOPK". Weights: a tile of

@@ -81,15 +81,16 @@ class GptOssExpertsLayout(ConversionOps):
     """Float gpt-oss experts from llama.cpp's layout to transformers' `GptOssExperts` one.
 
     After `ConcatRows`, llama.cpp's tensors are `gate_up` `[E, 2I, H]` (gate rows, then up rows),
-    `down` `[E, H, I]` and biases `[E, 2I]` / `[E, H]`. `GptOssExperts` multiplies from the left
+    `down` `[E, H, I]` and the gate/up bias `[E, 2I]`. `GptOssExperts` multiplies from the left
     (`x @ W`), so it stores `gate_up_proj` `[E, H, 2I]` and `down_proj` `[E, I, H]`, with gate and
-    up interleaved along 2I (gate at even, up at odd positions), biases likewise. Only for a
-    module left unpacked: `GgufExperts` keeps llama.cpp's layout."""
+    up interleaved along 2I (gate at even, up at odd positions), the bias likewise; the down bias
+    `[E, H]` is the same in both. Only for a module left unpacked: `GgufExperts` keeps llama.cpp's
+    layout."""
 
     supports_packed = False
 
     def __init__(self, part: str):
-        if part not in ("gate_up", "gate_up_bias", "down", "down_bias"):
+        if part not in ("gate_up", "gate_up_bias", "down"):
             raise ValueError(f"GptOssExpertsLayout: unknown part {part!r}")
         self.part = part
 

@@ -434,17 +434,16 @@ def arch_metadata(config, arch: str | None = None) -> dict[str, GGUFValue]:
 
 
 def owned_keys(arch: str) -> set[str]:
-    """The `{arch}.*` keys `arch_metadata` decides (writing or leaving out); a source file's
-    value for one of these is never carried over, so a changed config is what gets written."""
+    """The `{arch}.*` keys the config decides, written or left out: a source file's value for
+    one of these is never carried over, so a changed config is what gets written. (YaRN's fine
+    tuning keys are not here: the config builders do not read them, so a source's are kept.)"""
     groups = [Keys.LLM, Keys.Attention, Keys.Rope]
     names = {
         "CONTEXT_LENGTH", "EMBEDDING_LENGTH", "BLOCK_COUNT", "FEED_FORWARD_LENGTH", "VOCAB_SIZE",
         "HEAD_COUNT", "HEAD_COUNT_KV", "KEY_LENGTH", "VALUE_LENGTH", "LAYERNORM_RMS_EPS",
         "SLIDING_WINDOW", "SLIDING_WINDOW_PATTERN", "ATTN_LOGIT_SOFTCAPPING", "FINAL_LOGIT_SOFTCAPPING",
         "EXPERT_COUNT", "EXPERT_USED_COUNT", "EXPERT_FEED_FORWARD_LENGTH", "EXPERT_SHARED_FEED_FORWARD_LENGTH",
-        "FREQ_BASE", "FREQ_BASE_SWA", "DIMENSION_COUNT", "SCALING_TYPE", "SCALING_FACTOR",
-        "SCALING_ORIG_CTX_LEN", "SCALING_YARN_EXT_FACTOR", "SCALING_YARN_ATTN_FACTOR",
-        "SCALING_YARN_BETA_FAST", "SCALING_YARN_BETA_SLOW",
+        "FREQ_BASE", "FREQ_BASE_SWA", "DIMENSION_COUNT", "SCALING_TYPE", "SCALING_FACTOR", "SCALING_ORIG_CTX_LEN",
     }
     return {getattr(g, n).format(arch=arch) for g in groups for n in names if hasattr(g, n)}
 

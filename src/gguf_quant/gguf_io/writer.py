@@ -135,7 +135,7 @@ def model_metadata(model, arch: str, tensors: list[ExportTensor], tokenizer=None
     for key, value in source.items():
         if key in _NOT_COPIED or key.startswith(_NOT_COPIED_PREFIXES) or key.startswith("tokenizer."):
             continue
-        if key.startswith(f"{arch}.") and key in owned:
+        if (key.startswith(f"{arch}.") and key in owned) or value in ([], ()):  # GGUF has no empty arrays
             continue
         meta[key] = plain_value(value)
     if not source:
@@ -193,7 +193,7 @@ def _source_tokenizer(source: dict, n_vocab: int | None) -> dict[str, GGUFValue]
         )
     out = {}
     for key, value in source.items():
-        if not key.startswith("tokenizer."):
+        if not key.startswith("tokenizer.") or value in ([], ()):
             continue
         v = plain_value(value)
         if key in _TOKENIZER_TYPES:
@@ -349,7 +349,11 @@ def tokenizer_metadata(tokenizer, n_vocab: int | None = None, pre: str | None = 
         Keys.Tokenizer.MERGES: strings(_merges(model)),
         Keys.Tokenizer.ADD_BOS: GGUFValue(add_bos, GGUFValueType.BOOL),
         Keys.Tokenizer.ADD_EOS: GGUFValue(add_eos, GGUFValueType.BOOL),
+        # llama.cpp's BPE tokenizer never prepends a space; say so rather than leave it implied.
+        Keys.Tokenizer.ADD_PREFIX: GGUFValue(False, GGUFValueType.BOOL),
     }
+    if any(step.get("add_prefix_space") for step in _steps(backend.get("pre_tokenizer")) if step.get("type") == "ByteLevel"):
+        logger.warning("save_gguf: this tokenizer prepends a space (ByteLevel add_prefix_space); llama.cpp's BPE tokenizer does not")
     for key, tid in (
         (Keys.Tokenizer.BOS_ID, tokenizer.bos_token_id),
         (Keys.Tokenizer.EOS_ID, tokenizer.eos_token_id),
