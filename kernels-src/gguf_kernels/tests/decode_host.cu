@@ -1,0 +1,34 @@
+// The block decoders of csrc/ggml_blocks.cuh compiled for the host, so they can be checked
+// against gguf-py on a machine without a GPU (tests/test_kernel_loader.py builds this with
+// `nvcc -shared` when nvcc is on PATH).
+#include "../csrc/ggml_blocks.cuh"
+
+using namespace gq;
+
+template <int T>
+static void run(const uint8_t* data, int rows, int row_bytes, int K, float* out) {
+  const int nunits = (K + 63) / 64;
+  for (int r = 0; r < rows; ++r)
+    for (int u = 0; u < nunits; ++u)
+      for (int p = 0; p < 4; ++p) {
+        float v[16];
+        const bool full = u * 64 + 64 <= K;
+        decode<T>(data + (size_t)r * row_bytes, u, p, full, v);
+        for (int q = 0; q < 4; ++q)
+          for (int i = 0; i < 4; ++i) {
+            const int e = u * 64 + 16 * q + 4 * p + i;
+            if (e < K) out[(size_t)r * K + e] = v[4 * q + i];
+          }
+      }
+}
+
+extern "C" int decode_rows(int t, const uint8_t* d, int rows, int rb, int K, float* out) {
+  switch (t) {
+#define GQ_CASE(X) \
+  case X: run<X>(d, rows, rb, K, out); return 0;
+    GQ_CASE(Q4_0) GQ_CASE(Q4_1) GQ_CASE(Q5_0) GQ_CASE(Q5_1) GQ_CASE(Q8_0) GQ_CASE(Q2_K) GQ_CASE(Q3_K)
+    GQ_CASE(Q4_K) GQ_CASE(Q5_K) GQ_CASE(Q6_K) GQ_CASE(IQ4_NL) GQ_CASE(IQ4_XS) GQ_CASE(MXFP4)
+#undef GQ_CASE
+  }
+  return 1;
+}

@@ -1,0 +1,304 @@
+"""Kernel build naming and the loader's resolution order, on CPU (no CUDA, no network)."""
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import uuid
+
+import pytest
+import torch
+from packaging.version import Version
+
+from gguf_quant import build_kernels as bk
+from gguf_quant import kernel_loader as kl
+
+CUDA = torch.device("cuda")  # kernel_op only looks at device.type; nothing runs on it
+Q8_0, Q4_K, IQ2_XXS = 8, 12, 16
+
+
+# --- build naming and metadata ------------------------------------------------------------------
+
+def test_variant_name_matches_what_kernels_accepts():
+    from kernels.backends import CUDA as KCUDA
+    from kernels.variants import _resolve_variant_for_system, parse_variant
+
+    name = bk.variant_name("2.11.0+cu130", "13.0", "x86_64", "Linux")
+    assert name == "torch211-cxx11-cu130-x86_64-linux"
+    v = parse_variant(name)
+    assert v.variant_str == name
+    ok, _ = _resolve_variant_for_system([v], KCUDA(version=Version("13.0")), "x86_64", "linux", Version("2.11"), True, None)
+    assert ok == [v]
+    # another torch minor or an older CUDA runtime must not pick it up
+    assert not _resolve_variant_for_system([v], KCUDA(version=Version("13.0")), "x86_64", "linux", Version("2.12"), True, None)[0]
+    assert not _resolve_variant_for_system([v], KCUDA(version=Version("12.8")), "x86_64", "linux", Version("2.11"), True, None)[0]
+
+
+def test_variant_name_other_systems():
+    assert bk.variant_name("2.9.1", "12.8", "aarch64", "linux") == "torch29-cxx11-cu128-aarch64-linux"
+    assert bk.variant_name("2.11.0", "13.0", "x86_64", "linux", cxx11_abi=False) == "torch211-cxx98-cu130-x86_64-linux"
+    assert bk.variant_name("2.11.0", "13.0", "AMD64", "Windows") == "torch211-cu130-AMD64-windows"
+
+
+def _fake_sources(tmp_path):
+    src = tmp_path / "src"
+    (src / "csrc").mkdir(parents=True)
+    (src / "torch-ext" / "gguf_kernels").mkdir(parents=True)
+    (src / "build.toml").write_text("[general]\nname = 'gguf-kernels'\n")
+    (src / "csrc" / "a.cu").write_text("// kernel\n")
+    (src / "torch-ext" / "torch_binding.cpp").write_text("// binding\n")
+    (src / "torch-ext" / "gguf_kernels" / "__init__.py").write_text("")
+    return src
+
+
+def test_source_hash_follows_sources_and_flags(tmp_path):
+    src = _fake_sources(tmp_path)
+    h1 = bk.source_hash(src)
+    assert h1 == bk.source_hash(src) and len(h1) == 12
+    assert bk.source_hash(src, extra="-O2") != h1
+    (src / "csrc" / "a.cu").write_text("// kernel, changed\n")
+    h2 = bk.source_hash(src)
+    assert h2 != h1
+    (src / "csrc" / "b.cuh").write_text("// new header\n")
+    assert bk.source_hash(src) != h2
+    (tmp_path / "src" / "unrelated.txt").write_text("not a source")
+    assert [p.name for p in bk.source_files(src)] == ["build.toml", "a.cu", "b.cuh", "__init__.py", "torch_binding.cpp"]
+
+
+def test_real_sources_are_found():
+    files = {p.name for p in bk.source_files(bk.default_source_dir())}
+    assert {"build.toml", "ggml_blocks.cuh", "kernels.cuh", "torch_binding.cpp", "__init__.py"} <= files
+
+
+def test_one_name_for_namespace_so_and_id():
+    name = bk.extension_name("0123456789ab")
+    assert name == "_gguf_kernels_0123456789ab" and name.isidentifier()
+    meta = bk.metadata(name, ["9.0a"])
+    assert meta["id"] == name and meta["name"] == "gguf-kernels" and meta["version"] == 1
+    assert meta["backend"] == {"type": "cuda", "archs": ["9.0a"]}
+    ops = bk.ops_py(name)
+    assert f"from . import {name}" in ops and f"torch.ops.{name}" in ops and f'"{name}::' in ops
+    compile(ops, "_ops.py", "exec")
+
+
+def test_metadata_is_read_by_kernels(tmp_path):
+    from kernels import Metadata
+
+    path = tmp_path / "metadata.json"
+    path.write_text(json.dumps(bk.metadata("_gguf_kernels_abc", ["9.0a", "8.0"])))
+    meta = Metadata.read_from_file(path)
+    assert meta.id == "_gguf_kernels_abc" and meta.name.python_name == "gguf_kernels"
+    assert list(meta.backend.archs) == ["9.0a", "8.0"]
+
+
+def test_arch_flags_and_parsing(monkeypatch):
+    assert bk.parse_archs("9.0a; 8.0,") == ["9.0a", "8.0"]
+    assert bk.arch_flags(["9.0a", "8.6"]) == ["-gencode=arch=compute_90a,code=sm_90a",
+                                              "-gencode=arch=compute_86,code=sm_86"]
+    with pytest.raises(ValueError):
+        bk.parse_archs("sm_90")
+    monkeypatch.setenv("GGUF_KERNELS_ARCHS", "8.9")
+    assert bk.detect_archs() == ["8.9"]
+
+
+# --- resolution order -----------------------------------------------------------------------
+
+def fake_build(root, supported=(Q8_0, Q4_K), tag="local"):
+    """A pure-Python kernel build for this (CPU) system that `kernels` can load."""
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    variant = root / "build" / f"torch{major}{minor}-cxx11-cpu-{platform.machine()}-{platform.system().lower()}"
+    variant.mkdir(parents=True)
+    ident = f"_gguf_kernels_fake_{uuid.uuid4().hex[:10]}"
+    meta = {"name": "gguf-kernels", "id": ident, "version": 1, "license": "Apache-2.0",
+            "python-depends": [], "backend": {"type": "cpu"}}
+    (variant / "metadata.json").write_text(json.dumps(meta))
+    (variant / "__init__.py").write_text(
+        f"SUPPORTED_TYPES = frozenset({set(supported)!r})\n"
+        f"TAG = {tag!r}\n"
+        "def supports(op, qtype):\n"
+        "    return op in ('dequantize', 'get_rows', 'matmul', 'moe_matmul') and qtype in SUPPORTED_TYPES\n"
+        "def dequantize(packed, qtype, dtype): return ('dequantize', TAG)\n"
+        "def get_rows(packed, ids, qtype, dtype): return ('get_rows', TAG)\n"
+        "def matmul(x, packed, qtype): return ('matmul', TAG)\n"
+        "def moe_matmul(x, packed, ids, qtype): return ('moe_matmul', TAG)\n"
+    )
+    return root
+
+
+@pytest.fixture
+def env(monkeypatch):
+    for var in (kl.ENV_PATH, kl.ENV_HUB, "LOCAL_KERNELS"):
+        monkeypatch.delenv(var, raising=False)
+    kl.reset()
+    yield monkeypatch
+    kl.reset()
+
+
+@pytest.fixture
+def no_hub(env):
+    calls = []
+
+    def hub():
+        calls.append(1)
+        raise OSError("no network here")
+
+    env.setattr(kl, "_load_repo", hub)
+    return calls
+
+
+def test_explicit_local_build_first(env, tmp_path, caplog, no_hub):
+    env.setenv(kl.ENV_PATH, str(fake_build(tmp_path)))
+    with caplog.at_level(logging.INFO, logger="gguf_quant.kernel_loader"):
+        fn = kl.kernel_op("matmul", Q4_K, CUDA)
+        kl.kernel_op("matmul", Q8_0, CUDA)
+    assert fn(None, None, Q4_K) == ("matmul", "local")
+    assert no_hub == []  # the Hub is not asked when a local build loads
+    msgs = [r.getMessage() for r in caplog.records if "gguf_quant" in r.getMessage()]
+    assert len(msgs) == 1 and "local build" in msgs[0] and kl.ENV_PATH in msgs[0]
+    assert kl.kernel_source().startswith("local build")
+
+
+def test_local_kernels_override_through_get_kernel(env, tmp_path, caplog):
+    env.setenv("LOCAL_KERNELS", f"{kl.REPO_ID}={fake_build(tmp_path, tag='override')}")
+    with caplog.at_level(logging.INFO, logger="gguf_quant.kernel_loader"):
+        fn = kl.kernel_op("dequantize", Q8_0, CUDA)
+    assert fn(None, Q8_0, torch.float32) == ("dequantize", "override")
+    assert any("LOCAL_KERNELS" in r.getMessage() for r in caplog.records)
+
+
+def test_explicit_path_beats_local_kernels(env, tmp_path, no_hub):
+    env.setenv(kl.ENV_PATH, str(fake_build(tmp_path / "a", tag="explicit")))
+    env.setenv("LOCAL_KERNELS", f"{kl.REPO_ID}={fake_build(tmp_path / 'b', tag='override')}")
+    assert kl.kernel_op("matmul", Q8_0, CUDA)(None, None, Q8_0) == ("matmul", "explicit")
+
+
+def test_hub_is_next(env, tmp_path):
+    seen = []
+
+    def hub():
+        seen.append(1)
+        import kernels
+
+        return kernels.get_local_kernel(fake_build(tmp_path, tag="hub"))
+
+    env.setattr(kl, "_load_repo", hub)
+    assert kl.kernel_op("moe_matmul", Q4_K, CUDA)(None, None, None, Q4_K) == ("moe_matmul", "hub")
+    assert seen == [1]
+    assert kl.kernel_source().startswith("the Hub")
+
+
+def test_falls_back_to_torch_and_says_so(env, caplog, no_hub):
+    with caplog.at_level(logging.INFO, logger="gguf_quant.kernel_loader"):
+        assert kl.kernel_op("matmul", Q4_K, CUDA) is None
+        assert kl.kernel_op("matmul", Q4_K, CUDA) is None
+    assert no_hub == [1]  # tried once, failure caught, cached
+    msgs = [r.getMessage() for r in caplog.records]
+    assert sum("pure-torch path" in m for m in msgs) == 1
+    assert kl.kernel_module() is None and kl.kernel_source() == "pure torch"
+
+
+def test_bad_local_path_warns_then_falls_back(env, tmp_path, caplog, no_hub):
+    env.setenv(kl.ENV_PATH, str(tmp_path / "missing"))
+    with caplog.at_level(logging.INFO, logger="gguf_quant.kernel_loader"):
+        assert kl.kernel_op("matmul", Q4_K, CUDA) is None
+    assert any(r.levelno == logging.WARNING and "missing" in r.getMessage() for r in caplog.records)
+    assert no_hub == [1]
+
+
+def test_switched_off(env, tmp_path):
+    env.setattr(kl, "_load_repo", lambda: pytest.fail("must not load"))
+    env.setenv(kl.ENV_PATH, "0")
+    assert kl.kernel_op("matmul", Q4_K, CUDA) is None
+    assert "GGUF_QUANT_KERNELS=0" in kl.kernel_source()
+
+
+def test_hub_can_be_skipped(env):
+    env.setattr(kl, "_load_repo", lambda: pytest.fail("must not ask the Hub"))
+    env.setenv(kl.ENV_HUB, "0")
+    assert kl.kernel_op("matmul", Q4_K, CUDA) is None
+
+
+def test_none_for_cpu_devices_unsupported_types_and_ops(env, tmp_path):
+    env.setattr(kl, "_load_repo", lambda: pytest.fail("no lookup for CPU tensors"))
+    env.setenv(kl.ENV_PATH, str(fake_build(tmp_path)))
+    assert kl.kernel_op("matmul", Q4_K, torch.device("cpu")) is None
+    assert kl.kernel_op("matmul", Q4_K, torch.device("meta")) is None
+    assert not kl._resolved  # CPU calls do not even resolve
+    assert kl.kernel_op("matmul", IQ2_XXS, CUDA) is None
+    assert kl.kernel_op("quantize", Q4_K, CUDA) is None
+    assert kl.kernel_op("get_rows", Q8_0, CUDA) is not None
+
+
+def test_resolution_is_cached(env, tmp_path):
+    calls = []
+    real = kl._load_local
+
+    def counting(path):
+        calls.append(path)
+        return real(path)
+
+    env.setattr(kl, "_load_local", counting)
+    env.setenv(kl.ENV_PATH, str(fake_build(tmp_path)))
+    for _ in range(100):
+        kl.kernel_op("matmul", Q4_K, CUDA)
+    assert len(calls) == 1
+    kl.reset()
+    kl.kernel_op("matmul", Q4_K, CUDA)
+    assert len(calls) == 2
+
+
+def test_module_without_ops_is_rejected(env, tmp_path, no_hub):
+    env.setenv(kl.ENV_PATH, str(fake_build(tmp_path, supported=())))
+    assert kl.kernel_op("matmul", Q4_K, CUDA) is None
+
+
+# --- the CUDA block decoders, compiled for the host ------------------------------------------
+
+_DECODER_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                  "IQ4_NL", "IQ4_XS", "MXFP4"]
+_HALF_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
+                "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0]}
+
+
+@pytest.fixture(scope="module")
+def host_decoders(tmp_path_factory):
+    import ctypes
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not on PATH")
+    src = bk.default_source_dir() / "tests" / "decode_host.cu"
+    lib = tmp_path_factory.mktemp("dec") / "libdecode_host.so"
+    subprocess.run([nvcc, "-O1", "-shared", "-Xcompiler", "-fPIC", "-o", str(lib), str(src)], check=True,
+                   capture_output=True)
+    return ctypes.CDLL(str(lib))
+
+
+@pytest.mark.parametrize("name", _DECODER_TYPES)
+def test_cuda_decoders_match_gguf_py_bit_for_bit(host_decoders, name):
+    import ctypes
+
+    import numpy as np
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    qt = GGMLQuantizationType[name]
+    bs, ts = GGML_QUANT_SIZES[qt]
+    rng = np.random.default_rng()
+    for cols in ([256, 768] if bs == 256 else [32, 96, 2880]):  # 96: a half 64-element unit
+        rows, nb = 5, cols // bs
+        raw = rng.integers(0, 256, size=(rows, nb, ts), dtype=np.uint8)
+        if name == "MXFP4":
+            raw[:, :, 0] = rng.integers(110, 140, size=(rows, nb))
+        for off in _HALF_FIELDS.get(name, []):
+            h = (rng.standard_normal((rows, nb)) * 0.01).astype(np.float16)
+            raw[:, :, off : off + 2] = h.view(np.uint8).reshape(rows, nb, 2)
+        packed = np.ascontiguousarray(raw.reshape(rows, nb * ts))
+        ref = dequantize(packed, qt).reshape(rows, cols).astype(np.float32)
+        out = np.full((rows, cols), np.nan, np.float32)
+        rc = host_decoders.decode_rows(int(qt), packed.ctypes.data_as(ctypes.c_void_p), rows, packed.shape[1], cols,
+                                       out.ctypes.data_as(ctypes.c_void_p))
+        assert rc == 0
+        np.testing.assert_array_equal(out, ref)
