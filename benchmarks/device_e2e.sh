@@ -1,0 +1,41 @@
+#!/bin/bash
+# On the GPU machine, from the repository root: the end-to-end run behind the quantization and
+# decode tables. Builds llama-quantize (CPU, from .dev/llama.tgz) in the background, our kernels,
+# checks the CUDA quantizer against the torch one, writes a Llama-3-8B-shape F16 GGUF
+# (.dev/gen_gguf.py, SmolLM2 vocabulary), quantizes it to Q8_0 and Q4_K_M with gguf-quant on the GPU
+# and with llama-quantize (all CPU threads), compares the files byte for byte, then times decode.
+#   bash benchmarks/device_e2e.sh [OUTDIR]      (needs .whl/ and .dev/ carried)
+set -o pipefail
+OUTD=${1:-${OUT:-/tmp/gguf_out}}; mkdir -p "$OUTD"
+T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+LL=/tmp/ll/llama.cpp
+setsid bash -c "mkdir -p /tmp/ll && tar xzf .dev/llama.tgz -C /tmp/ll && cd $LL && \
+  cmake -B build -G Ninja -DGGML_CUDA=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF > /tmp/ll/cmake.log 2>&1 && \
+  cmake --build build --target llama-quantize -j 10 > /tmp/ll/build.log 2>&1; echo \$? > /tmp/ll/build.rc" \
+  < /dev/null > /dev/null 2>&1 &
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD/tests PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-6}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+python3 -m gguf_quant.build_kernels --out /tmp/kb > "$OUTD/build.log" 2>&1 || { tail -30 "$OUTD/build.log"; exit 1; }
+el "kernels built"
+export GGUF_QUANT_KERNELS=/tmp/kb GGUF_QUANT_KERNELS_HUB=0
+timeout 120 python3 -m pytest tests/test_kernels_quantize_gpu.py -q -p no:cacheprovider 2>&1 | tail -3 | tee "$OUTD/quantize_gpu_tests.log"
+el "CUDA quantizer tests done"
+mkdir -p /tmp/m
+python3 .dev/gen_gguf.py tests/data/vocab.gguf /tmp/m/l8b-f16.gguf llama > "$OUTD/gen.log" 2>&1 || { tail -5 "$OUTD/gen.log"; exit 1; }
+el "8B-shape F16 written: $(du -h /tmp/m/l8b-f16.gguf | cut -f1)"
+while [ ! -f /tmp/ll/build.rc ] && [ $(( $(date +%s) - T0 )) -lt 300 ]; do sleep 3; done
+el "llama-quantize build rc: $(cat /tmp/ll/build.rc 2>/dev/null || echo timeout)"
+LQ=$LL/build/bin/llama-quantize; [ -x "$LQ" ] && LQARG="--llama-quantize $LQ --threads $(nproc)" || tail -5 /tmp/ll/build.log
+for MIX in Q8_0 Q4_K_M; do
+  python3 benchmarks/bench_quantize.py /tmp/m/l8b-f16.gguf --mix $MIX --out /tmp/m $LQARG 2>&1 | tee "$OUTD/quantize_$MIX.md" | tail -8
+  el "$MIX done"
+done
+rm -f /tmp/m/llama-*.gguf /tmp/m/ours-Q8_0.gguf
+if [ $(( $(date +%s) - T0 )) -lt ${DECODE_BEFORE:-420} ]; then
+  timeout 150 python3 benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 2>&1 | grep -v Warning | tail -6 | tee "$OUTD/decode.md"
+  el "decode done"
+fi
+timeout 60 python3 examples/generate.py --device cuda --max-new-tokens 20 2>&1 | grep -v Warning | tail -8 | tee "$OUTD/generate.log"
+el "all done"
