@@ -82,3 +82,28 @@ def test_agrees_with_llamacpp(tiny):
     print(f"{tiny.name}: relative L2 {err:.4f}, argmax agreement {agree:.3f}")
     assert err < 0.05
     assert agree >= 0.9
+
+
+def test_llama3_rope_factors_follow_llamacpp(tmp_path):
+    """A `rope_freqs` tensor (how llama.cpp stores Llama 3.1's rope scaling) rotates like llama.cpp,
+    survives save_pretrained and comes back out of save_gguf."""
+    from gguf_quant import save_gguf
+    from gguf_quant.gguf_io.reader import read_gguf
+
+    path = write_tiny(tmp_path / "rope.gguf", "llama", "Q8_0", rope_factors=True)
+    model = _load(path)
+    ids = list(range(1, 120, 3))
+    ref = LlamaCppModel(path).logits(ids)
+    err = rel_l2(_logits(model, ids), ref)
+    # the same model with the factors dropped is measurably further from llama.cpp
+    plain = _load(path)
+    plain.model.rotary_emb.inv_freq = plain.model.rotary_emb.inv_freq * torch.tensor(plain.config.rope_freq_factors)
+    assert err < 0.05 and err < 0.5 * rel_l2(_logits(plain, ids), ref)
+
+    model.save_pretrained(tmp_path / "saved")
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.float32)
+    assert np.array_equal(_logits(reloaded, ids), _logits(model, ids))
+
+    out = save_gguf(model, tmp_path / "out.gguf")
+    src, written = read_gguf(path), read_gguf(out)
+    assert torch.equal(written.raw("rope_freqs.weight"), src.raw("rope_freqs.weight"))

@@ -110,6 +110,7 @@ def write_tiny(
     seed: int = 0,
     std: float = 0.05,
     router_std: float = 0.5,
+    rope_factors: bool = False,
 ) -> Path:
     """`qtype` is a ggml type for every matrix, or "MXFP4_MOE" (llama-quantize's mix of that name:
     MXFP4 routed experts, Q8_0 for the other matrices)."""
@@ -155,6 +156,10 @@ def write_tiny(
         data = (rng.standard_normal(shp) * std).astype(np.float32)
         w.add_tensor(name, quantize(data, qt), raw_dtype=qt)
 
+    if rope_factors:
+        # Llama 3.1-style: low frequencies slowed down by up to 8x, as a per-frequency divisor.
+        half = s.head_dim // 2
+        w.add_tensor("rope_freqs.weight", np.linspace(1.0, 8.0, half, dtype=np.float32) ** 1.5 / 8 ** 0.5 + 0.5)
     matrix("token_embd.weight", (vocab, s.hidden))
     if not tied:
         matrix("output.weight", (vocab, s.hidden))

@@ -73,8 +73,9 @@ class GGUFQuantizer(HfQuantizer):
                 "tensors"
             ]
         names = self._plan.hf_names
-        if self._plan.unmatched:
-            logger.info(f"gguf_quant: tensors with no model parameter, not loaded: {', '.join(self._plan.unmatched)}")
+        unused = [n for n in self._plan.unmatched if n != "rope_freqs.weight"]  # applied after loading
+        if unused:
+            logger.info(f"gguf_quant: tensors with no model parameter, not loaded: {', '.join(unused)}")
         return {name: self.gguf.raw(name) for name in names}
 
     # --- settling the model -------------------------------------------------------------------
@@ -168,6 +169,7 @@ class GGUFQuantizer(HfQuantizer):
         if self.gguf is not None:
             model._weight_conversions = None
         model.gguf_report = self.report
+        self._apply_rope_factors(model)
         # What a reload of `save_pretrained`'s output needs to rebuild the same modules.
         self.quantization_config.module_types = dict(self.report.packed)
         if self.gguf is not None:
@@ -178,6 +180,16 @@ class GGUFQuantizer(HfQuantizer):
             if self.report.unpacked:
                 logger.warning(str(self.report))
         return model
+
+    def _apply_rope_factors(self, model) -> None:
+        """Llama 3.1-style rope scaling stored as a `rope_freqs` tensor; kept in the config so a
+        saved-and-reloaded model (and `save_gguf`) has it too."""
+        text = model.config.get_text_config()
+        if self.gguf is not None and "rope_freqs.weight" in self.gguf.tensors:
+            text.rope_freq_factors = self.gguf.raw("rope_freqs.weight").float().tolist()
+        factors = getattr(text, "rope_freq_factors", None)
+        if factors is not None and text.rope_parameters.get("rope_type", "default") == "default":
+            archs.apply_rope_factors(model, factors)
 
     # --- capabilities -------------------------------------------------------------------------
 

@@ -248,3 +248,21 @@ def weight_transforms(plan: TensorPlan, unpack: dict[str, dict[str, int]], dtype
         target = re.sub(r"\.(\d+)\.", r".\\1.", hf_name, count=1)
         transforms.append(WeightConverter(list(patterns), target, ops_for(hf_name)))
     return transforms
+
+
+def apply_rope_factors(model, factors) -> None:
+    """Divide every rotary embedding's inverse frequencies by llama.cpp's per-frequency factors.
+
+    Llama 3.1-style files carry their rope scaling as a `rope_freqs` tensor (llama.cpp divides
+    each rotation frequency by it) rather than as config keys; dividing transformers' default
+    inverse frequencies the same way rotates by exactly llama.cpp's angles.
+    """
+    import torch
+
+    factors = torch.as_tensor(factors, dtype=torch.float32)
+    for module in model.modules():
+        inv = getattr(module, "inv_freq", None)
+        if isinstance(inv, torch.Tensor) and inv.shape == factors.shape:
+            module.inv_freq = inv / factors.to(inv.device)
+            if isinstance(getattr(module, "original_inv_freq", None), torch.Tensor):
+                module.original_inv_freq = module.inv_freq.clone()

@@ -249,6 +249,10 @@ def _one_tensor(gguf_name: str, t: torch.Tensor, packing, rules: ArchRules, head
 def _extra_tensors(text, arch: str) -> list[ExportTensor]:
     """Tensors llama.cpp needs that transformers computes instead of storing."""
     rope = _rope_parameters(text)
+    factors = getattr(text, "rope_freq_factors", None)
+    if arch == "llama" and factors is not None:  # loaded from a file that had them: write them back as read
+        table = torch.tensor(factors, dtype=torch.float32)
+        return [ExportTensor("rope_freqs.weight", _F32, tuple(table.shape), lambda: table.numpy())]
     if arch == "llama" and rope.get("rope_type") == "llama3":
         factors = _llama3_rope_factors(text)
         return [ExportTensor("rope_freqs.weight", _F32, tuple(factors.shape), lambda: factors.numpy())]
