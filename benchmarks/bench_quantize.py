@@ -22,6 +22,7 @@ from gguf import GGMLQuantizationType, GGUFWriter
 from gguf_quant.ggml import quantize
 from gguf_quant.ggml.types import ggml_type
 from gguf_quant.gguf_io.reader import read_gguf
+from gguf_quant.gguf_io.writer import plain_value, source_tokenizer
 from gguf_quant.mixes import ModelFacts, choose_types
 
 
@@ -38,18 +39,9 @@ def ours(src: Path, dst: Path, mix: str, device: str) -> float:
     gguf = read_gguf(src)
     types = choose_types(mix, {n: t.shape for n, t in gguf.tensors.items()}, facts_of(gguf))
     w = GGUFWriter(str(dst), gguf.architecture)
-    for key, value in gguf.metadata.items():
-        if key.startswith(("tokenizer.", "general.")) and key != "general.architecture" or key.startswith(gguf.architecture + "."):
-            if isinstance(value, list):
-                w.add_array(key, value)
-            elif isinstance(value, str):
-                w.add_string(key, value)
-            elif isinstance(value, bool):
-                w.add_bool(key, value)
-            elif isinstance(value, float):
-                w.add_float32(key, value)
-            else:
-                w.add_uint32(key, value)
+    meta = {k: plain_value(v) for k, v in gguf.metadata.items() if k.startswith(gguf.architecture + ".")}
+    for key, v in (meta | source_tokenizer(gguf.metadata)).items():
+        w.add_key_value(key, v.value, v.type, v.sub_type)
     for name, info in gguf.tensors.items():
         raw = gguf.raw(name)
         t = types.get(name)

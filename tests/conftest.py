@@ -24,3 +24,12 @@ def gemma3_path():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Small tensors on 2 shared cores: a second intra-op thread only adds contention."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -36,14 +36,7 @@ F16_FIELDS: dict[str, tuple[int, ...]] = {
 F32_FIELDS: dict[str, tuple[int, ...]] = {"Q8_K": (0,)}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # These tensors are small: intra-op threads add only overhead, and a lot of it when the
-    # cores are shared with other work.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _gguf_dequantizes(name: str) -> bool:

@@ -12,7 +12,7 @@ from gguf_quant.gguf_io.reader import read_gguf
 from llamacpp_ref import PROMPTS, LlamaCppModel, rel_l2
 from test_archs import transformers_own_loader
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 @pytest.fixture(scope="module")
@@ -27,14 +27,9 @@ def bf16_checkpoint(smollm2_path, tmp_path_factory):
 
 @pytest.mark.parametrize("mix", ["Q8_0", "Q4_K_M"])
 def test_quantized_on_load_exports_and_agrees_with_llamacpp(mix, bf16_checkpoint, smollm2_path, tmp_path):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # 2 shared cores: the quantizer's many small ops only contend
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            bf16_checkpoint, dtype=torch.float32, quantization_config=GgufQuantizeConfig(quant_type=mix)
-        )
-    finally:
-        torch.set_num_threads(threads)
+    model = AutoModelForCausalLM.from_pretrained(
+        bf16_checkpoint, dtype=torch.float32, quantization_config=GgufQuantizeConfig(quant_type=mix)
+    )
     tokenizer = AutoTokenizer.from_pretrained(str(smollm2_path.parent), gguf_file=smollm2_path.name)
     path = save_gguf(model, tmp_path / f"smollm2-{mix}.gguf", tokenizer=tokenizer)
     written = read_gguf(path)

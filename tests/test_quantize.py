@@ -21,13 +21,7 @@ FLOATS = ["F32", "F16", "BF16"]
 GGUF_PY = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "MXFP4"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # The quantizers issue many small ops; on a small shared machine intra-op threads only add contention.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

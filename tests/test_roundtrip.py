@@ -10,13 +10,7 @@ from test_archs import IDS, transformers_own_loader
 from tiny_gguf import Shape, quantize_with_llamacpp, write_tiny
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # 2 shared cores: a second torch thread only adds contention to these small ops.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _gguf(path, **kwargs):

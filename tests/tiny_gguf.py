@@ -11,6 +11,7 @@ from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, RopeScalingTyp
 from gguf.quants import quantize
 
 from gguf_quant.gguf_io.reader import read_gguf
+from gguf_quant.gguf_io.writer import source_tokenizer
 
 VOCAB = Path(__file__).parent / "data" / "vocab.gguf"
 
@@ -32,17 +33,8 @@ class Shape:
 
 def _copy_tokenizer(w: GGUFWriter) -> int:
     meta = read_gguf(VOCAB).metadata
-    for key, value in meta.items():
-        if not key.startswith("tokenizer."):
-            continue
-        if isinstance(value, bool):
-            w.add_bool(key, value)
-        elif isinstance(value, str):
-            w.add_string(key, value)
-        elif isinstance(value, int):
-            w.add_uint32(key, value)
-        else:
-            w.add_array(key, value)
+    for key, v in source_tokenizer(meta).items():
+        w.add_key_value(key, v.value, v.type, v.sub_type)
     return len(meta["tokenizer.ggml.tokens"])
 
 

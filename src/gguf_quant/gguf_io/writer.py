@@ -149,7 +149,7 @@ def model_metadata(model, arch: str, tensors: list[ExportTensor], tokenizer=None
     if tokenizer is not None:
         meta.update(tokenizer_metadata(tokenizer, n_vocab, tokenizer_pre))
     elif any(k.startswith("tokenizer.") for k in source):
-        meta.update(_source_tokenizer(source, n_vocab))
+        meta.update(source_tokenizer(source, n_vocab))
     else:
         logger.warning("save_gguf: no tokenizer metadata (the model has no gguf_metadata); pass tokenizer= so llama.cpp can tokenize")
     return meta
@@ -182,7 +182,7 @@ def _vocab_rows(tensors: list[ExportTensor]) -> int | None:
     return None
 
 
-def _source_tokenizer(source: dict, n_vocab: int | None) -> dict[str, GGUFValue]:
+def source_tokenizer(source: dict, n_vocab: int | None = None) -> dict[str, GGUFValue]:
     """The source file's tokenizer keys, typed for llama.cpp (token types int32, scores
     float32, ids uint32, flags bool)."""
     tokens = source.get(Keys.Tokenizer.LIST)
