@@ -20,8 +20,8 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 python3 -m gguf_quant.build_kernels --out /tmp/kb > "$OUTD/build.log" 2>&1 || { tail -30 "$OUTD/build.log"; exit 1; }
 el "kernels built"
 export GGUF_QUANT_KERNELS=/tmp/kb GGUF_QUANT_KERNELS_HUB=0
-timeout 120 python3 -m pytest tests/test_kernels_quantize_gpu.py -q -p no:cacheprovider 2>&1 | tail -3 | tee "$OUTD/quantize_gpu_tests.log"
-el "CUDA quantizer tests done"
+timeout 150 python3 -m pytest tests/test_kernels_quantize_gpu.py tests/test_gpu_models.py -q -p no:cacheprovider 2>&1 | tail -4 | tee "$OUTD/gpu_tests.log"
+el "CUDA quantizer and whole-model GPU tests done"
 mkdir -p /tmp/m
 python3 .dev/gen_gguf.py tests/data/vocab.gguf /tmp/m/l8b-f16.gguf llama > "$OUTD/gen.log" 2>&1 || { tail -5 "$OUTD/gen.log"; exit 1; }
 el "8B-shape F16 written: $(du -h /tmp/m/l8b-f16.gguf | cut -f1)"

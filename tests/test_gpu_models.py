@@ -1,0 +1,43 @@
+"""Whole models on the GPU: the CUDA kernels (dense and MoE) give the CPU torch path's logits."""
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from gguf_quant import kernel_loader
+
+from test_archs import IDS
+from tiny_gguf import Shape, write_tiny
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+CASES = [
+    ("llama", "Q4_0", Shape()),
+    ("qwen3moe", "Q8_0", Shape(experts=8, used=2, ff_exp=96)),
+    ("qwen2moe", "Q4_1", Shape(experts=8, used=2, ff_exp=64, ff_shexp=96)),
+    ("gpt-oss", "MXFP4_MOE", Shape(experts=4, used=2, ff_exp=64)),
+]
+
+
+def _logits(path, device, dtype=torch.float32):
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype, device_map=device)
+    with torch.no_grad():
+        return model(torch.tensor([IDS], device=device)).logits[0].float().cpu(), model
+
+
+@pytest.mark.parametrize("arch, qtype, shape", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_gpu_logits_match_cpu(arch, qtype, shape, tmp_path):
+    path = write_tiny(tmp_path / f"{arch}.gguf", arch, qtype, shape, tied=False)
+    cpu, _ = _logits(path, "cpu")
+    gpu, model = _logits(path, "cuda")
+    assert kernel_loader.kernel_module() is not None, "no CUDA kernel was loaded"
+    assert (gpu - cpu).norm() / cpu.norm() < 1e-3
+    out = model.generate(torch.tensor([IDS[:4]], device="cuda"), max_new_tokens=6, do_sample=False)
+    assert out.shape == (1, 10)
+
+
+@pytest.mark.slow
+def test_smollm2_bf16_on_gpu(smollm2_path):
+    cpu, _ = _logits(smollm2_path, "cpu")
+    gpu, _ = _logits(smollm2_path, "cuda", torch.bfloat16)
+    assert (gpu.argmax(-1) == cpu.argmax(-1)).float().mean() >= 0.9
+    assert (gpu - cpu).norm() / cpu.norm() < 0.05
