@@ -37,5 +37,4 @@ if [ $(( $(date +%s) - T0 )) -lt ${DECODE_BEFORE:-420} ]; then
   timeout 150 python3 benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 2>&1 | grep -v Warning | tail -6 | tee "$OUTD/decode.md"
   el "decode done"
 fi
-timeout 60 python3 examples/generate.py --device cuda --max-new-tokens 20 2>&1 | grep -v Warning | tail -8 | tee "$OUTD/generate.log"
 el "all done"
