@@ -31,7 +31,8 @@ REPO_ID = "gguf-quant/gguf-kernels"
 KERNEL_VERSION = 1
 ENV_PATH = "GGUF_QUANT_KERNELS"
 ENV_HUB = "GGUF_QUANT_KERNELS_HUB"
-OPS = ("dequantize", "get_rows", "matmul", "moe_matmul")
+# "quantize" is looked up only when the module has it (builds before it lack the function).
+OPS = ("dequantize", "get_rows", "matmul", "moe_matmul", "quantize")
 _OFF = {"0", "off", "none", "false", "no"}
 
 _lock = threading.Lock()

@@ -714,6 +714,16 @@ def quantize(weight: torch.Tensor, quant_type: str | int | GgmlType) -> torch.Te
     row_bytes = t.row_bytes(cols)
     if weight.numel() == 0:
         return torch.empty((*lead, row_bytes), dtype=torch.uint8, device=weight.device)
+    if weight.device.type == "cuda" and t.name in _QUANTIZERS:
+        # The CUDA quantize kernel, when a kernel build is loaded: the same bytes, one launch.
+        from .. import kernel_loader  # imported here: kernel_loader is only needed for CUDA tensors
+
+        fn = kernel_loader.kernel_op("quantize", t.id, weight.device)
+        if fn is not None:
+            w = weight.detach()
+            if w.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+                w = w.to(torch.float32)
+            return fn(w.reshape(-1, cols), t.id).reshape(*lead, row_bytes)
     x = weight.detach().reshape(-1, cols).to(torch.float32).contiguous()
     if t.name in _FLOAT_WRITERS:
         return writer(x).reshape(*lead, row_bytes)
