@@ -171,11 +171,16 @@ def bench_moe(kmod, name: str, label: str, K: int, N: int, E: int, top_k: int, t
     return rows
 
 
-def make_plan(types: list[str], ms: list[int], quick: bool, moe: bool) -> list[tuple]:
+def make_plan(types: list[str], ms: list[int], quick: bool, moe: bool,
+              shapes: list[tuple[int, int]] | None = None) -> list[tuple]:
     """(kind, type, K, N, Ms, extra) to run: the full M sweep on 4096 -> 14336, decode sizes and
-    M=512 elsewhere, the output projection for the types llama.cpp uses there, MoE gate shapes."""
+    M=512 elsewhere, the output projection for the types llama.cpp uses there, MoE gate shapes.
+    With `shapes`: exactly those dense shapes, each with all of `ms`."""
     plan = []
     for name in types:
+        if shapes:
+            plan += [("dense", name, K, N, list(ms), None) for K, N in shapes]
+            continue
         for K, N in DENSE_SHAPES:
             if quick:
                 if (K, N) in ((4096, 14336), (4096, 4096)):
@@ -231,6 +236,8 @@ def main(argv=None) -> int:
     p.add_argument("--types", default=",".join(TYPES))
     p.add_argument("--ms", default=",".join(map(str, MS)))
     p.add_argument("--no-moe", action="store_true")
+    p.add_argument("--shapes", default=None, help="dense shapes only, e.g. 4096x14336,14336x4096 (all of --ms each)")
+    p.add_argument("--rotate-gb", type=float, default=None, help="GB of weight copies to rotate over (default 2.2)")
     p.add_argument("--bf16", action="store_true", help="also time bf16 weights through cuBLAS")
     p.add_argument("--llama", default=None, help="JSON of llama.cpp timings measured in the same run")
     p.add_argument("--out", default=None, help="also write the table (markdown) here")
@@ -248,7 +255,11 @@ def main(argv=None) -> int:
         return 1
     types = args.types.split(",")
     ms = [int(m) for m in args.ms.split(",")]
-    plan = make_plan(types + (["BF16"] if args.bf16 else []), ms, args.quick, not args.no_moe)
+    if args.rotate_gb:
+        global ROTATE_BYTES
+        ROTATE_BYTES = args.rotate_gb * 1e9
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else None
+    plan = make_plan(types + (["BF16"] if args.bf16 else []), ms, args.quick, not args.no_moe and not shapes, shapes)
     if args.emit_cases:
         with open(args.emit_cases, "w") as f:
             for kind, name, K, N, sel, extra in plan:

@@ -221,7 +221,9 @@ def test_kernel_op_table():
     assert kernel_loader.kernel_op("matmul", qid("Q4_K"), DEV) is not None
     assert kernel_loader.kernel_op("matmul", qid("Q4_K"), torch.device("cpu")) is None
     assert kernel_loader.kernel_op("matmul", int(GGMLQuantizationType.IQ2_XXS), DEV) is None
-    assert kernel_loader.kernel_op("quantize", qid("Q4_K"), DEV) is None
+    assert kernel_loader.kernel_op("quantize", qid("Q4_K"), DEV) is not None
+    assert kernel_loader.kernel_op("quantize", int(GGMLQuantizationType.IQ2_XXS), DEV) is None  # no quantizer
+    assert kernel_loader.kernel_op("no_such_op", qid("Q4_K"), DEV) is None
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 // Plain C++ interface between the torch binding and the CUDA kernels (no torch headers here,
 // so the .cu files compile quickly and without torch).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -49,6 +50,19 @@ cudaError_t launch_gemv(const GemvArgs& a, DType xt, int mt, int64_t grid_x, cud
 constexpr int MMA_MT = 16;
 template <int T>
 cudaError_t launch_gemv_mma(const GemvArgs& a, DType xt, int mt, int64_t grid_x, cudaStream_t stream);
+
+// Fast small-M matmul (gemv_fast.cuh): M <= 8, bf16/fp16 x, rows a multiple of 16 bytes, types
+// Q4_0, Q8_0, Q4_K, Q5_K, IQ4_XS, MXFP4 (Q6_K only with GGUF_KERNELS_FAST_Q6K=1). gemv_fast_scratch() gives the bytes of device scratch
+// the call needs (its prep records), 0 when this path does not take the case; launch_gemv_fast()
+// runs the prep kernel and the matmul (pdl: start the matmul as a programmatic dependent launch).
+template <int T>
+size_t gemv_fast_scratch(int K, int M, int64_t row_bytes);
+template <int T>
+cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes, int pdl,
+                             cudaStream_t stream);
+size_t gemv_fast_scratch_any(int qtype, int K, int M, int64_t row_bytes);
+cudaError_t launch_gemv_fast_any(int qtype, const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes,
+                                 int pdl, cudaStream_t stream);
 
 // out[r, :] = dequant(W[src(r), :]) with src(r) = ids ? ids[r] : r; ids outside
 // [0, rows_src) give a row of zeros.

@@ -5,6 +5,7 @@
 //   get_rows(packed [R, rb] u8, ids [...] int, qtype, dtype) -> [..., K]
 //   matmul(x [..., K], packed [N, rb] u8, qtype)            -> [..., N] in x.dtype
 //   moe_matmul(x [T, K] | [T, k, K], packed [E, N, rb] u8, ids [T, k] int, qtype) -> [T, k, N]
+//   quantize(weight [..., K] f32/bf16/f16, qtype)          -> [..., rb] u8 (llama.cpp's reference bytes)
 //
 // Every launch goes on the current stream; scratch comes from torch's allocator; nothing
 // reads device memory on the host, so the ops are safe inside CUDA graphs.
@@ -18,6 +19,7 @@
 #include <cstdlib>
 
 #include "launch.h"
+#include "quantize_launch.cuh"
 
 namespace {
 
@@ -105,6 +107,16 @@ int gemv_max_m(bool mma) {
   static const int v_mma = env_int("GGUF_KERNELS_GEMV_MAX_M", 32);
   static const int v_fma = env_int("GGUF_KERNELS_GEMV_MAX_M", 16);
   return mma ? v_mma : v_fma;
+}
+// Largest M of the fast small-M kernel (0 turns it off), and whether it starts as a programmatic
+// dependent launch of its prep kernel.
+int fast_max_m() {
+  static const int v = env_int("GGUF_KERNELS_FAST_MAX_M", 8);
+  return v;
+}
+int fast_pdl() {
+  static const int v = env_int("GGUF_KERNELS_PDL", 1);
+  return v;
 }
 int moe_pairs_max() {
   static const int v = env_int("GGUF_KERNELS_MOE_PAIRS_MAX", 64);
@@ -194,7 +206,13 @@ at::Tensor matmul(const at::Tensor& x, const at::Tensor& packed, int64_t qtype) 
     a.w = p.data_ptr<uint8_t>(); a.row_bytes = rb; a.expert_bytes = 0; a.N = (int)N; a.K = (int)K;
     a.x = xc.data_ptr(); a.x_stride = K; a.x_div = 1;
     a.out = out.data_ptr(); a.out_stride = N; a.M = (int)M; a.n_experts = 1; a.mode = gq::GEMV_DENSE;
-    if (use_mma(xt)) {
+    // M <= 8 with rows a multiple of 16 bytes: the fast kernel (prep of x + scale-after-mma), if it takes the type.
+    const size_t fast_bytes = use_mma(xt) && M <= fast_max_m() ? gq::gemv_fast_scratch_any((int)qtype, (int)K, (int)M, rb) : 0;
+    if (fast_bytes > 0) {
+      at::Tensor scratch = at::empty({(int64_t)fast_bytes}, p.options());
+      check_cuda(gq::launch_gemv_fast_any((int)qtype, a, xt, scratch.data_ptr(), fast_bytes, fast_pdl(), stream),
+                 "matmul (small M, fast)");
+    } else if (use_mma(xt)) {
       const int mt = M <= 8 ? 8 : gq::MMA_MT;
       check_cuda(dispatch_gemv_mma(qtype, a, xt, mt, (M + mt - 1) / mt, stream), "matmul (small M, mma)");
     } else {
@@ -272,6 +290,38 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
   return out;
 }
 
+// Packs rows into ggml blocks, byte-exact with ggml_quantize_chunk (no imatrix).
+at::Tensor quantize(const at::Tensor& weight, int64_t qtype) {
+  TypeInfo ti;
+  TORCH_CHECK(type_info(qtype, ti) && gq::quantize_supported_type(qtype), "gguf_kernels: quantize: ggml type ", qtype,
+              " is not supported");
+  TORCH_CHECK(weight.is_cuda(), "gguf_kernels: quantize: weight must be a CUDA tensor");
+  TORCH_CHECK(weight.dim() >= 1, "gguf_kernels: quantize: weight must be [..., K], got a scalar");
+  gq::QuantIn in;
+  switch (weight.scalar_type()) {
+    case at::kFloat: in = gq::QuantIn::F32; break;
+    case at::kBFloat16: in = gq::QuantIn::BF16; break;
+    case at::kHalf: in = gq::QuantIn::F16; break;
+    default: TORCH_CHECK(false, "gguf_kernels: quantize: weight must be float32, bfloat16 or float16, got ",
+                         weight.scalar_type());
+  }
+  const int64_t K = weight.size(-1);
+  TORCH_CHECK(K % ti.block == 0, "gguf_kernels: quantize: rows of ", K, " elements are not a multiple of the block size ",
+              ti.block);
+  const c10::cuda::CUDAGuard guard(weight.device());
+  std::vector<int64_t> shape(weight.sizes().begin(), weight.sizes().end() - 1);
+  shape.push_back(K / ti.block * ti.bytes);
+  at::Tensor out = at::empty(shape, weight.options().dtype(at::kByte));
+  const int64_t nblocks = weight.numel() / ti.block;
+  if (nblocks == 0) return out;
+  at::Tensor w = weight.contiguous();
+  if (reinterpret_cast<uintptr_t>(w.data_ptr()) % 16) w = w.clone();
+  check_cuda(gq::launch_quantize(qtype, w.data_ptr(), in, nblocks, out.data_ptr<uint8_t>(),
+                                 c10::cuda::getCurrentCUDAStream()),
+             "quantize");
+  return out;
+}
+
 }  // namespace
 
 #define GQ_STR_(x) #x
@@ -286,6 +336,7 @@ GQ_TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) {
   m.def("get_rows(Tensor packed, Tensor ids, int qtype, ScalarType dtype) -> Tensor");
   m.def("matmul(Tensor x, Tensor packed, int qtype) -> Tensor");
   m.def("moe_matmul(Tensor x, Tensor packed, Tensor ids, int qtype) -> Tensor");
+  m.def("quantize(Tensor weight, int qtype) -> Tensor");
 }
 
 GQ_TORCH_LIBRARY_IMPL(TORCH_EXTENSION_NAME, CUDA, m) {
@@ -293,6 +344,7 @@ GQ_TORCH_LIBRARY_IMPL(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("get_rows", &get_rows);
   m.impl("matmul", &matmul);
   m.impl("moe_matmul", &moe_matmul);
+  m.impl("quantize", &quantize);
 }
 
 // Importable as a Python module (the ops register when the .so is loaded).

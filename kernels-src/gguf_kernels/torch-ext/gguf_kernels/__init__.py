@@ -1,4 +1,4 @@
-"""CUDA kernels for GGUF (ggml block) weights kept packed: dequantize, get_rows, matmul, moe_matmul.
+"""CUDA kernels for GGUF (ggml block) weights kept packed: dequantize, get_rows, matmul, moe_matmul, quantize.
 
 The functions take the same arguments as the `gguf_quant` ops of the same name:
 
@@ -6,6 +6,8 @@ The functions take the same arguments as the `gguf_quant` ops of the same name:
 - get_rows(packed [R, row_bytes], ids [...] int, qtype, dtype) -> [..., K]
 - matmul(x [..., K], packed [N, row_bytes], qtype) -> [..., N] in x.dtype (x @ W.T, fp32 accumulation)
 - moe_matmul(x [T, K] or [T, k, K], packed [E, N, row_bytes], ids [T, k], qtype) -> [T, k, N]
+- quantize(weight [..., K] float32/bfloat16/float16, qtype) -> uint8 [..., row_bytes], byte-exact with
+  llama.cpp's reference quantizer (ggml_quantize_chunk without importance matrix), for QUANTIZE_TYPES
 
 `qtype` is the ggml type id (gguf.GGMLQuantizationType). Types outside SUPPORTED_TYPES raise;
 callers check `supports(op, qtype)` first.
@@ -16,7 +18,8 @@ import torch
 
 from ._ops import add_op_namespace_prefix, ops
 
-__all__ = ["SUPPORTED_TYPES", "OPS", "supports", "dequantize", "get_rows", "matmul", "moe_matmul"]
+__all__ = ["SUPPORTED_TYPES", "QUANTIZE_TYPES", "OPS", "supports", "dequantize", "get_rows", "matmul", "moe_matmul",
+           "quantize"]
 
 # ggml type id -> (elements per block, bytes per block), from ggml-common.h.
 _BLOCKS = {
@@ -35,10 +38,14 @@ _BLOCKS = {
     39: (32, 17),  # MXFP4
 }
 SUPPORTED_TYPES = frozenset(_BLOCKS)
-OPS = ("dequantize", "get_rows", "matmul", "moe_matmul")
+# Types the quantize kernel writes (every type above).
+QUANTIZE_TYPES = frozenset(_BLOCKS)
+OPS = ("dequantize", "get_rows", "matmul", "moe_matmul", "quantize")
 
 
 def supports(op: str, qtype: int) -> bool:
+    if op == "quantize":
+        return int(qtype) in QUANTIZE_TYPES
     return op in OPS and int(qtype) in SUPPORTED_TYPES
 
 
@@ -56,6 +63,10 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, qtype: int) -> torch.Tensor:
 
 def moe_matmul(x: torch.Tensor, packed: torch.Tensor, ids: torch.Tensor, qtype: int) -> torch.Tensor:
     return ops.moe_matmul(x, packed, ids, int(qtype))
+
+
+def quantize(weight: torch.Tensor, qtype: int) -> torch.Tensor:
+    return ops.quantize(weight, int(qtype))
 
 
 # --- fake (meta) implementations, for torch.compile and opcheck ------------------------------
@@ -83,3 +94,9 @@ def _matmul_fake(x, packed, qtype):
 @torch.library.register_fake(add_op_namespace_prefix("moe_matmul"))
 def _moe_matmul_fake(x, packed, ids, qtype):
     return x.new_empty((ids.shape[0], ids.shape[1], packed.shape[1]))
+
+
+@torch.library.register_fake(add_op_namespace_prefix("quantize"))
+def _quantize_fake(weight, qtype):
+    block, nbytes = _BLOCKS[int(qtype)]
+    return weight.new_empty((*weight.shape[:-1], weight.shape[-1] // block * nbytes), dtype=torch.uint8)

@@ -1,0 +1,6 @@
+// MXFP4: fast small-M matmul instantiation (gemv_fast.cuh).
+#include "gemv_fast_kernel.cuh"
+
+namespace gq {
+GQ_FAST_INSTANTIATE(MXFP4)
+}  // namespace gq

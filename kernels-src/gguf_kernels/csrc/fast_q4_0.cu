@@ -1,0 +1,6 @@
+// Q4_0: fast small-M matmul instantiation (gemv_fast.cuh).
+#include "gemv_fast_kernel.cuh"
+
+namespace gq {
+GQ_FAST_INSTANTIATE(Q4_0)
+}  // namespace gq

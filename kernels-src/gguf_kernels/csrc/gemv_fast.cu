@@ -1,0 +1,29 @@
+// Type dispatch of the fast small-M matmul (instantiations in fast_*.cu).
+#include "launch.h"
+
+namespace gq {
+
+#define GQ_FAST_TYPES(X) X(Q4_0) X(Q8_0) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ4_XS) X(MXFP4)
+
+size_t gemv_fast_scratch_any(int qtype, int K, int M, int64_t row_bytes) {
+  switch (qtype) {
+#define GQ_CASE(T) \
+  case T: return gemv_fast_scratch<T>(K, M, row_bytes);
+    GQ_FAST_TYPES(GQ_CASE)
+#undef GQ_CASE
+  }
+  return 0;
+}
+
+cudaError_t launch_gemv_fast_any(int qtype, const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes, int pdl,
+                                 cudaStream_t stream) {
+  switch (qtype) {
+#define GQ_CASE(T) \
+  case T: return launch_gemv_fast<T>(a, xt, scratch, scratch_bytes, pdl, stream);
+    GQ_FAST_TYPES(GQ_CASE)
+#undef GQ_CASE
+  }
+  return cudaErrorNotSupported;
+}
+
+}  // namespace gq

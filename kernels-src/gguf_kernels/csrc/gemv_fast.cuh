@@ -1,0 +1,432 @@
+// Small-M (1..8 rows of x) matmul for rows whose byte length is a multiple of 16 ("fast GEMV", v4).
+//
+// Why a second small-M kernel: gemv_mma_kernel folds each block's scale into the weights before the
+// tensor-core product (codes -> bf16 pairs -> s*code + o per pair), which costs ~7 instructions per
+// weight with the per-unit overhead (NOTES.md, v3). Here the scale is applied after the product:
+//
+//   sum_k w_k x_k over one group (32 weights, 16 for Q6_K) = s * (sum_k u_k x_k - z * sum_k x_k)
+//                                                           (+ o * sum_k x_k for Q4_K/Q5_K mins)
+//
+// with u the unsigned code. The tensor core multiplies fp16 "1024 + u" (the code OR-ed under the
+// exponent of 1024: one LOP3 per pair for 4-bit codes, one PRMT per pair for bytes) by the
+// activations; the 1024 (and z) terms are removed with per-group sums of x that a small prep kernel
+// computes once per call. A hi nibble is used in place, as 1024 + 16u, against x / 16 (exact).
+// Products and sums are exact fp16 x fp16 -> fp32 (the only roundings: fp32 accumulation and the
+// output), so the result is closer to the exact product than the pair-folding kernel's.
+//
+// Activations: the prep kernel (one thread per (group, token)) writes, per group, each lane's four
+// B registers in the order the weight decode produces its A registers (fp16, scaled by a power of
+// two per group and token so that bf16 activations fit fp16 exactly), and per token
+// {sigma, -beta, S}: D * sigma - beta = sum (u - z) x, S = sum x.
+//
+// Weights: a warp owns 16 rows; lane (g, c) = (lane / 4, lane % 4) decodes rows g and g + 8 (the A
+// fragment of mma.m16n8k16) and feeds token g of the B fragment. Rows stream through shared memory
+// by cp.async in chunks of whole blocks whose byte length is a multiple of 16 (so every block's
+// alignment inside a chunk is a compile-time constant), U chunks and their B records per stage, S
+// stages deep (U, S and the W warps per CTA that split K are chosen per launch; partial sums meet in
+// shared memory); the first stages' weights are requested before waiting on the prep kernel
+// (programmatic dependent launch).
+//
+// Everything that touches data layout (chunk decoders, prep) is host+device, and
+// tests/fast_host.cu runs it on the CPU with a software model of the mma fragments.
+#pragma once
+#include <cstdint>
+#include <cmath>
+#include <cstring>
+
+#include "ggml_blocks.cuh"
+
+namespace gq {
+namespace fast {
+
+constexpr uint32_t H1024 = 0x64006400u;  // fp16 {1024, 1024}
+
+// prmt.b32 with a selector whose nibbles have bit 3 clear (no masking: __byte_perm would add a LOP3).
+GQ_HD uint32_t prmt_raw(uint32_t a, uint32_t b, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
+  return r;
+#else
+  return perm(a, b, s);
+#endif
+}
+
+// fp16 pairs {1024 + code} from nibbles / bytes (low half <- first element).
+// (w & m) | H1024 in one LOP3 (the compiler splits two immediates into two LOP3s; keep H1024 in a register).
+template <uint32_t MASK> GQ_HD uint32_t and_or_h(uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "n"(MASK), "r"(H1024));
+  return r;
+#else
+  return (w & MASK) | H1024;
+#endif
+}
+GQ_HD uint32_t nib_lo(uint32_t w) { return and_or_h<0x000F000Fu>(w); }  // lo nibbles of bytes 0, 2
+GQ_HD uint32_t nib_hi(uint32_t w) { return and_or_h<0x00F000F0u>(w); }  // 16 x hi nibbles of bytes 0, 2
+GQ_HD uint32_t byte_lo(uint32_t u) { return perm(u, 0x64646464u, 0x4140); }  // bytes 0, 1
+GQ_HD uint32_t byte_hi(uint32_t u) { return perm(u, 0x64646464u, 0x4342); }  // bytes 2, 3
+
+// Shift left for n > 0, right for n < 0 (n a constant after unrolling).
+GQ_HD uint32_t shl(uint32_t v, int n) { return n >= 0 ? v << n : v >> (-n); }
+
+// 32-bit little-endian word at p, where p % 4 == A (A compile-time; reads the aligned words around).
+template <int A> GQ_HD uint32_t ldw(const uint8_t* p) {
+  if constexpr (A == 0) {
+    return *reinterpret_cast<const uint32_t*>(p);
+  } else {
+    const uint32_t* q = reinterpret_cast<const uint32_t*>(p - A);
+    return perm(q[0], q[1], A == 1 ? 0x4321 : (A == 2 ? 0x5432 : 0x6543));
+  }
+}
+GQ_HD float f16v(const uint8_t* p) { return f16_at(p); }
+GQ_HD uint32_t as_uint(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+// 16-entry byte table (entry n = byte n % 4 of t[n / 4]) applied to the 8 nibbles of w:
+// c0 = entries of nibbles 0..3, c1 = nibbles 4..7 (bit 3 of a nibble picks t2/t3).
+GQ_HD void lut8(uint32_t w, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3, uint32_t& c0, uint32_t& c1) {
+  const uint32_t s = w & 0x77777777u;
+  const uint32_t sel = ((w >> 1) & 0x44444444u) | 0x32103210u;
+  c0 = prmt_raw(prmt_raw(t0, t1, s), prmt_raw(t2, t3, s), sel);
+  c1 = prmt_raw(prmt_raw(t0, t1, s >> 16), prmt_raw(t2, t3, s >> 16), sel >> 16);
+}
+// kvalues_iq4nl + 128
+constexpr uint32_t IQ4U_T0 = 0x3F2D1801u, IQ4U_T1 = 0x766A5D4Fu, IQ4U_T2 = 0xA6998D81u, IQ4U_T3 = 0xF1D9C5B5u;
+// kvalues_mxfp4 (doubled e2m1) + 128: {128,129,130,131,132,134,136,140,128,127,126,125,124,122,120,116}
+constexpr uint32_t FP4U_T0 = 0x83828180u, FP4U_T1 = 0x8C888684u, FP4U_T2 = 0x7D7E7F80u, FP4U_T3 = 0x74787A7Cu;
+
+// ---- per-type layout ----------------------------------------------------------------------------
+// CE: elements per chunk per row; CB: bytes per chunk per row; RS: shared-memory row stride;
+// GS: elements per group (one scale); STEPS = GS / 16 mma steps per group; Z: zero code;
+// HAS_MIN: value = s*u + o (else s*(u - z)); MIS: chunk starts are only 4-byte aligned in the row
+// (Q6_K), so the chunk is copied from the 16-byte boundary below and read at offset `mis`.
+// slot(G, st, c, k, div16): element (within group G) held in B slot k (0,1: b0 lo/hi; 2,3: b1) of
+// lane c at step st, and whether it is used as x / 16 (the weight is 1024 + 16u there).
+template <int T> struct FT { static constexpr bool OK = false; };
+
+template <> struct FT<Q4_0> {
+  static constexpr bool OK = true, HAS_MIN = false, MIS = false;
+  static constexpr int CE = 256, CB = 144, RS = 144, GS = 32, STEPS = 2, Z = 8;
+  static GQ_HD int slot(int, int st, int c, int k, bool& d16) {
+    d16 = st == 1;
+    return 4 * c + 2 * (k & 1) + (k >> 1) + 16 * st;
+  }
+  // Calls f(q, A[2][4], s_g, s_g8, o_g, o_g8) for each group q of the chunk.
+  template <class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* b = rg + 18 * j;
+      const uint8_t* b8 = rg8 + 18 * j;
+      uint32_t w, w8;
+      if (j & 1) { w = ldw<0>(b + 2 + 4 * c); w8 = ldw<0>(b8 + 2 + 4 * c); }
+      else { w = ldw<2>(b + 2 + 4 * c); w8 = ldw<2>(b8 + 2 + 4 * c); }
+      const uint32_t v = w >> 8, v8 = w8 >> 8;
+      uint32_t A[2][4] = {{nib_lo(w), nib_lo(w8), nib_lo(v), nib_lo(v8)},
+                          {nib_hi(w), nib_hi(w8), nib_hi(v), nib_hi(v8)}};
+      f(j, A, f16v(b), f16v(b8), 0.f, 0.f);
+    }
+  }
+};
+
+template <> struct FT<Q8_0> {
+  static constexpr bool OK = true, HAS_MIN = false, MIS = false;
+  static constexpr int CE = 256, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 128;
+  static GQ_HD int slot(int, int st, int c, int k, bool& d16) {
+    d16 = false;
+    return 4 * c + k + 16 * st;
+  }
+  template <class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* b = rg + 34 * j;
+      const uint8_t* b8 = rg8 + 34 * j;
+      uint32_t w0, w1, x0, x1;
+      if (j & 1) {
+        w0 = ldw<0>(b + 2 + 4 * c); w1 = ldw<0>(b + 18 + 4 * c);
+        x0 = ldw<0>(b8 + 2 + 4 * c); x1 = ldw<0>(b8 + 18 + 4 * c);
+      } else {
+        w0 = ldw<2>(b + 2 + 4 * c); w1 = ldw<2>(b + 18 + 4 * c);
+        x0 = ldw<2>(b8 + 2 + 4 * c); x1 = ldw<2>(b8 + 18 + 4 * c);
+      }
+      w0 ^= 0x80808080u; w1 ^= 0x80808080u; x0 ^= 0x80808080u; x1 ^= 0x80808080u;
+      uint32_t A[2][4] = {{byte_lo(w0), byte_lo(x0), byte_hi(w0), byte_hi(x0)},
+                          {byte_lo(w1), byte_lo(x1), byte_hi(w1), byte_hi(x1)}};
+      f(j, A, f16v(b), f16v(b8), 0.f, 0.f);
+    }
+  }
+};
+
+// Nibble-table types: lane c's word holds elements 4c+i (lo) and 16+4c+i (hi) of a 32-element group.
+GQ_HD int lut_slot(int st, int c, int k) { return 4 * c + 16 * (k & 1) + (k >> 1) + 2 * st; }
+GQ_HD void lut_pairs(uint32_t w, uint32_t w8, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3,
+                     uint32_t (&A)[2][4]) {
+  uint32_t c0, c1, d0, d1;
+  lut8(w, t0, t1, t2, t3, c0, c1);
+  lut8(w8, t0, t1, t2, t3, d0, d1);
+  A[0][0] = byte_lo(c0); A[0][1] = byte_lo(d0); A[0][2] = byte_hi(c0); A[0][3] = byte_hi(d0);
+  A[1][0] = byte_lo(c1); A[1][1] = byte_lo(d1); A[1][2] = byte_hi(c1); A[1][3] = byte_hi(d1);
+}
+
+template <> struct FT<MXFP4> {
+  static constexpr bool OK = true, HAS_MIN = false, MIS = false;
+  static constexpr int CE = 512, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 128;
+  static GQ_HD int slot(int, int st, int c, int k, bool& d16) {
+    d16 = false;
+    return lut_slot(st, c, k);
+  }
+  template <class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const uint8_t* b = rg + 17 * j;
+      const uint8_t* b8 = rg8 + 17 * j;
+      uint32_t w, w8;
+      switch ((j + 1) & 3) {
+        case 0: w = ldw<0>(b + 1 + 4 * c); w8 = ldw<0>(b8 + 1 + 4 * c); break;
+        case 1: w = ldw<1>(b + 1 + 4 * c); w8 = ldw<1>(b8 + 1 + 4 * c); break;
+        case 2: w = ldw<2>(b + 1 + 4 * c); w8 = ldw<2>(b8 + 1 + 4 * c); break;
+        default: w = ldw<3>(b + 1 + 4 * c); w8 = ldw<3>(b8 + 1 + 4 * c); break;
+      }
+      uint32_t A[2][4];
+      lut_pairs(w, w8, FP4U_T0, FP4U_T1, FP4U_T2, FP4U_T3, A);
+      f(j, A, e8m0_half(b[0]), e8m0_half(b8[0]), 0.f, 0.f);
+    }
+  }
+};
+
+template <> struct FT<IQ4_XS> {
+  static constexpr bool OK = true, HAS_MIN = false, MIS = false;
+  static constexpr int CE = 512, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 128;
+  static GQ_HD int slot(int, int st, int c, int k, bool& d16) {
+    d16 = false;
+    return lut_slot(st, c, k);
+  }
+  template <class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const uint8_t* b = rg + 136 * s;
+      const uint8_t* b8 = rg8 + 136 * s;
+      const uint32_t h = ldw<0>(b), h8 = ldw<0>(b8);          // d | scales_h << 16
+      const uint32_t sl = ldw<0>(b + 4), sl8 = ldw<0>(b8 + 4);  // scales_l[4]
+      const float d = f16v(b), d8 = f16v(b8);
+#pragma unroll
+      for (int ib = 0; ib < 8; ++ib) {
+        const int ls = (int)(((sl >> (4 * ib)) & 0xF) | (((h >> (16 + 2 * ib)) & 3) << 4));
+        const int ls8 = (int)(((sl8 >> (4 * ib)) & 0xF) | (((h8 >> (16 + 2 * ib)) & 3) << 4));
+        const uint32_t w = ldw<0>(b + 8 + 16 * ib + 4 * c), w8 = ldw<0>(b8 + 8 + 16 * ib + 4 * c);
+        uint32_t A[2][4];
+        lut_pairs(w, w8, IQ4U_T0, IQ4U_T1, IQ4U_T2, IQ4U_T3, A);
+        f(8 * s + ib, A, d * (float)(ls - 32), d8 * (float)(ls8 - 32), 0.f, 0.f);
+      }
+    }
+  }
+};
+
+// Q4_K / Q5_K 6-bit scales and mins of the 8 sub-blocks from the three scale words (get_scale_min_k4):
+// bytes of sc[0] = sub-blocks 0..3, sc[1] = 4..7; same for mn.
+GQ_HD void k4_scales(const uint8_t* b, uint32_t (&sc)[2], uint32_t (&mn)[2]) {
+  const uint32_t q0 = ldw<0>(b + 4), q1 = ldw<0>(b + 8), q2 = ldw<0>(b + 12);
+  sc[0] = q0 & 0x3F3F3F3Fu;
+  mn[0] = q1 & 0x3F3F3F3Fu;
+  sc[1] = (q2 & 0x0F0F0F0Fu) | ((q0 >> 2) & 0x30303030u);
+  mn[1] = ((q2 >> 4) & 0x0F0F0F0Fu) | ((q1 >> 2) & 0x30303030u);
+}
+// fl(byte i of w * m), exactly as the fp32 product: (2^23 + byte) * m - 2^23 * m, one rounding.
+GQ_HD float byte_times(uint32_t w, int i, float m, float m23) {
+  return fmaf(as_float(perm(w, 0x4B000000u, 0x7540u | (uint32_t)i)), m, m23);
+}
+
+template <int T> struct FTK {  // Q4_K (QH = false) and Q5_K (QH = true)
+  static constexpr bool QH = T == Q5_K;
+  static constexpr bool OK = true, HAS_MIN = true, MIS = false;
+  static constexpr int CE = 256, CB = QH ? 176 : 144, RS = CB, GS = 32, STEPS = 2, Z = 0;
+  static constexpr int QS = QH ? 48 : 16;
+  static GQ_HD int slot(int G, int st, int c, int k, bool& d16) {
+    d16 = (G & 1) != 0;
+    return 8 * c + 2 * (k & 1) + (k >> 1) + 4 * st;
+  }
+  template <class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
+    const float d = f16v(rg), dm = f16v(rg + 2), d8 = f16v(rg8), dm8 = f16v(rg8 + 2);
+    const float d23 = -8388608.f * d, dm23 = 8388608.f * dm, d823 = -8388608.f * d8, dm823 = 8388608.f * dm8;
+    uint32_t sc[2], mn[2], sc8[2], mn8[2];
+    k4_scales(rg, sc, mn);
+    k4_scales(rg8, sc8, mn8);
+    uint32_t h0 = 0, h1 = 0, k0 = 0, k1 = 0;
+    if constexpr (QH) {
+      h0 = ldw<0>(rg + 16 + 8 * c); h1 = ldw<0>(rg + 20 + 8 * c);
+      k0 = ldw<0>(rg8 + 16 + 8 * c); k1 = ldw<0>(rg8 + 20 + 8 * c);
+    }
+#pragma unroll
+    for (int jp = 0; jp < 4; ++jp) {
+      const uint32_t w0 = ldw<0>(rg + QS + 32 * jp + 8 * c), w1 = ldw<0>(rg + QS + 32 * jp + 8 * c + 4);
+      const uint32_t x0 = ldw<0>(rg8 + QS + 32 * jp + 8 * c), x1 = ldw<0>(rg8 + QS + 32 * jp + 8 * c + 4);
+      const uint32_t v0 = w0 >> 8, v1 = w1 >> 8, y0 = x0 >> 8, y1 = x1 >> 8;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int s = 2 * jp + h;
+        uint32_t A[2][4];
+        if (h == 0) {
+          A[0][0] = nib_lo(w0); A[0][1] = nib_lo(x0); A[0][2] = nib_lo(v0); A[0][3] = nib_lo(y0);
+          A[1][0] = nib_lo(w1); A[1][1] = nib_lo(x1); A[1][2] = nib_lo(v1); A[1][3] = nib_lo(y1);
+        } else {
+          A[0][0] = nib_hi(w0); A[0][1] = nib_hi(x0); A[0][2] = nib_hi(v0); A[0][3] = nib_hi(y0);
+          A[1][0] = nib_hi(w1); A[1][1] = nib_hi(x1); A[1][2] = nib_hi(v1); A[1][3] = nib_hi(y1);
+        }
+        if constexpr (QH) {
+          // fifth bit of sub-block s = bit s of qh[l]; it is worth 16 (lo: half bit 4) or 256 (hi: bit 8).
+          if (h == 0) {
+            A[0][0] |= shl(h0, 4 - s) & 0x00100010u;      A[0][1] |= shl(k0, 4 - s) & 0x00100010u;
+            A[0][2] |= shl(h0 >> 8, 4 - s) & 0x00100010u; A[0][3] |= shl(k0 >> 8, 4 - s) & 0x00100010u;
+            A[1][0] |= shl(h1, 4 - s) & 0x00100010u;      A[1][1] |= shl(k1, 4 - s) & 0x00100010u;
+            A[1][2] |= shl(h1 >> 8, 4 - s) & 0x00100010u; A[1][3] |= shl(k1 >> 8, 4 - s) & 0x00100010u;
+          } else {
+            A[0][0] |= shl(h0, 8 - s) & 0x01000100u;      A[0][1] |= shl(k0, 8 - s) & 0x01000100u;
+            A[0][2] |= shl(h0 >> 8, 8 - s) & 0x01000100u; A[0][3] |= shl(k0 >> 8, 8 - s) & 0x01000100u;
+            A[1][0] |= shl(h1, 8 - s) & 0x01000100u;      A[1][1] |= shl(k1, 8 - s) & 0x01000100u;
+            A[1][2] |= shl(h1 >> 8, 8 - s) & 0x01000100u; A[1][3] |= shl(k1 >> 8, 8 - s) & 0x01000100u;
+          }
+        }
+        const int wi = s >> 2, bi = s & 3;
+        f(s, A, byte_times(sc[wi], bi, d, d23), byte_times(sc8[wi], bi, d8, d823),
+          -byte_times(mn[wi], bi, dm, -dm23), -byte_times(mn8[wi], bi, dm8, -dm823));
+      }
+    }
+  }
+};
+template <> struct FT<Q4_K> : FTK<Q4_K> {};
+template <> struct FT<Q5_K> : FTK<Q5_K> {};
+
+// Q6_K: chunk = two super-blocks (420 bytes; starts 4-byte aligned), 16-element groups.
+// Group G (within a super-block) = 8n + 2t + h: elements 128n + 32t + 16h + l, l < 16; lane c
+// holds l = 4c + i: ql byte 64n + 32(t&1) + 16h + 4c + i (nibble t >> 1), qh byte 32n + 16h + 4c + i
+// (bits 2t, 2t+1).
+template <> struct FT<Q6_K> {
+  static constexpr bool OK = true, HAS_MIN = false, MIS = true;
+  static constexpr int CE = 512, CB = 420, RS = 432, GS = 16, STEPS = 1, Z = 32;
+  static GQ_HD int slot(int G, int, int c, int k, bool& d16) {
+    d16 = ((G >> 1) & 3) >= 2;
+    return 4 * c + 2 * (k & 1) + (k >> 1);
+  }
+  template <int AL, class F>
+  static GQ_HD void sb(const uint8_t* b, const uint8_t* b8, int c, int q0, F&& f) {
+    const float d = f16v(b + 208), d8 = f16v(b8 + 208);
+    uint32_t sw[4], sw8[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) { sw[i] = ldw<AL>(b + 192 + 4 * i); sw8[i] = ldw<AL>(b8 + 192 + 4 * i); }
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t L0 = ldw<AL>(b + 64 * n + 16 * h + 4 * c), L1 = ldw<AL>(b + 64 * n + 32 + 16 * h + 4 * c);
+        const uint32_t M0 = ldw<AL>(b8 + 64 * n + 16 * h + 4 * c), M1 = ldw<AL>(b8 + 64 * n + 32 + 16 * h + 4 * c);
+        const uint32_t V = ldw<AL>(b + 128 + 32 * n + 16 * h + 4 * c), V8 = ldw<AL>(b8 + 128 + 32 * n + 16 * h + 4 * c);
+        const uint32_t Vs = V >> 8, V8s = V8 >> 8;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const uint32_t w = (t & 1) ? L1 : L0, w8 = (t & 1) ? M1 : M0;
+          uint32_t A[2][4];
+          if (t < 2) {
+            A[0][0] = nib_lo(w) | (shl(V, 4 - 2 * t) & 0x00300030u);
+            A[0][1] = nib_lo(w8) | (shl(V8, 4 - 2 * t) & 0x00300030u);
+            A[0][2] = nib_lo(w >> 8) | (shl(Vs, 4 - 2 * t) & 0x00300030u);
+            A[0][3] = nib_lo(w8 >> 8) | (shl(V8s, 4 - 2 * t) & 0x00300030u);
+          } else {
+            A[0][0] = nib_hi(w) | (shl(V, 8 - 2 * t) & 0x03000300u);
+            A[0][1] = nib_hi(w8) | (shl(V8, 8 - 2 * t) & 0x03000300u);
+            A[0][2] = nib_hi(w >> 8) | (shl(Vs, 8 - 2 * t) & 0x03000300u);
+            A[0][3] = nib_hi(w8 >> 8) | (shl(V8s, 8 - 2 * t) & 0x03000300u);
+          }
+          A[1][0] = A[1][1] = A[1][2] = A[1][3] = 0u;
+          const int G = 8 * n + 2 * t + h;
+          const int sc = (int)(int8_t)((sw[G >> 2] >> (8 * (G & 3))) & 0xFF);
+          const int sc8 = (int)(int8_t)((sw8[G >> 2] >> (8 * (G & 3))) & 0xFF);
+          f(q0 + G, A, d * (float)sc, d8 * (float)sc8, 0.f, 0.f);
+        }
+      }
+  }
+  // rg, rg8: the chunk's first byte (4-byte aligned).
+  template <class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
+    sb<0>(rg, rg8, c, 0, f);
+    sb<2>(rg + 210, rg8 + 210, c, 16, f);
+  }
+};
+
+// ---- activation prep (host+device) --------------------------------------------------------------
+// Scratch layout for K (multiple of CE) and M tokens, TP2 = (M + 1) / 2 token pairs, nG = K / GS:
+//   B part:  [nG][M][4 lanes][STEPS][2] u32   (lane c's b0, b1 of each step)
+//   SB part: [nG][GR bytes]: TP2 x {sigma, -beta} pairs as float4 (tokens 2p, 2p+1), then, with
+//            HAS_MIN, TP2 x {S(2p), S(2p+1)}.
+template <int T> struct Prep {
+  using L = FT<T>;
+  static constexpr int BREC = 32 * L::STEPS;  // bytes per (group, token)
+  static GQ_HD int gr(int M) {  // bytes per group, a multiple of 16
+    const int tp2 = (M + 1) / 2;
+    return tp2 * 16 + (L::HAS_MIN ? (tp2 * 8 + 15) / 16 * 16 : 0);
+  }
+  static GQ_HD size_t b_bytes(int K, int M) { return (size_t)(K / L::GS) * M * BREC; }
+  static GQ_HD size_t bytes(int K, int M) { return b_bytes(K, M) + (size_t)(K / L::GS) * gr(M); }
+
+  // One (group G, token t): xv = the group's GS activations as float.
+  static GQ_HD void group(const float* xv, int G, int t, int M, uint8_t* xb, uint8_t* xs) {
+    float amax = 0.f, S = 0.f;
+#pragma unroll
+    for (int e = 0; e < L::GS; ++e) { amax = fmaxf(amax, fabsf(xv[e])); S += xv[e]; }
+    const uint32_t be = (as_uint(amax) >> 23) & 0xFF;
+    const uint32_t se = be > 14 ? be - 13 : 1u;  // sigma = 2^(E - 13): amax / sigma in [2^13, 2^14)
+    const float sigma = as_float(se << 23), inv = as_float((254u - se) << 23);
+    float beta = (float)L::Z * S;
+    uint32_t* rec = reinterpret_cast<uint32_t*>(xb + ((size_t)G * M + t) * BREC);
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+#pragma unroll
+      for (int st = 0; st < L::STEPS; ++st)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          uint32_t word = 0;
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            bool d16 = false;
+            const int e = L::slot(G, st, c, 2 * r + hh, d16);
+            const float xe = xv[e];
+            beta += (d16 ? 64.f : 1024.f) * xe;
+            const __half hv = __float2half_rn(xe * inv * (d16 ? 0.0625f : 1.f));
+            word |= (uint32_t)__half_as_ushort(hv) << (16 * hh);
+          }
+          rec[(c * L::STEPS + st) * 2 + r] = word;
+        }
+    float* sb = reinterpret_cast<float*>(xs + (size_t)G * gr(M));
+    sb[2 * t] = sigma;
+    sb[2 * t + 1] = -beta;
+    if (L::HAS_MIN) sb[4 * ((M + 1) / 2) + t] = S;
+    if ((M & 1) && t == M - 1) {  // the pad token of the last pair
+      sb[2 * t + 2] = 0.f;
+      sb[2 * t + 3] = 0.f;
+      if (L::HAS_MIN) sb[4 * ((M + 1) / 2) + t + 1] = 0.f;
+    }
+  }
+};
+
+// Group epilogue: D (rows g, g+8 x tokens 2c, 2c+1) -> acc. sb = {sigma0, -beta0, sigma1, -beta1}.
+GQ_HD void epilogue(const float (&D)[4], const float (&sb)[4], float sg, float sg8, float (&acc)[4]) {
+  acc[0] = fmaf(sg, fmaf(sb[0], D[0], sb[1]), acc[0]);
+  acc[1] = fmaf(sg, fmaf(sb[2], D[1], sb[3]), acc[1]);
+  acc[2] = fmaf(sg8, fmaf(sb[0], D[2], sb[1]), acc[2]);
+  acc[3] = fmaf(sg8, fmaf(sb[2], D[3], sb[3]), acc[3]);
+}
+GQ_HD void epilogue_min(const float (&S)[2], float og, float og8, float (&acc)[4]) {
+  acc[0] = fmaf(og, S[0], acc[0]);
+  acc[1] = fmaf(og, S[1], acc[1]);
+  acc[2] = fmaf(og8, S[0], acc[2]);
+  acc[3] = fmaf(og8, S[1], acc[3]);
+}
+
+}  // namespace fast
+}  // namespace gq

@@ -1,0 +1,436 @@
+// Device side of the fast small-M matmul (layout and decoders: gemv_fast.cuh). Each fast_*.cu
+// instantiates it for one type.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "gemv_fast.cuh"
+#include "launch.h"
+
+namespace gq {
+namespace fast {
+
+__device__ __forceinline__ void cp16(void* smem, const void* gmem) {
+  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void wait_n() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void wait_stages(int S) {  // S - 2 groups may stay in flight
+  if (S >= 4) wait_n<2>();
+  else if (S == 3) wait_n<1>();
+  else wait_n<0>();
+}
+__device__ __forceinline__ void grid_dep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void grid_dep_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma16816_z(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+}
+
+struct FastArgs {
+  const uint8_t* w;
+  int64_t row_bytes;
+  int N, K, M;
+  const uint8_t* xb;  // prep: B records
+  const uint8_t* xs;  // prep: sigma / beta / S records
+  void* out;
+  int64_t out_stride;
+  int out_bf16;
+  int S;   // pipeline stages
+  int U;   // type chunks (FT<T>::CE elements) per stage: one row's bytes per stage are U * CB, contiguous
+  int RS;  // shared-memory row stride (rs_bytes<T>(U))
+};
+
+// Row stride of a stage holding U chunks: a multiple of 16 with an odd number of 16-byte units, so
+// the 8 rows g (stride RS/4 words = 4 mod 8) and 4 lanes c hit 32 different banks.
+template <int T>
+GQ_HD int rs_bytes(int U) {
+  using L = FT<T>;
+  int n = (U * L::CB + (L::MIS ? 12 : 0) + 15) / 16;
+  return 16 * (n | 1);
+}
+
+// ---- prep: one thread per (group, token) ---------------------------------------------------------
+__device__ __forceinline__ float2 to_f2(__half, uint32_t w) { return __half22float2(*reinterpret_cast<const __half2*>(&w)); }
+__device__ __forceinline__ float2 to_f2(__nv_bfloat16, uint32_t w) {
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));
+}
+template <int T, typename XT>
+__global__ void __launch_bounds__(128) prep_kernel(const XT* __restrict__ x, int64_t x_stride, int K, int M,
+                                                  uint8_t* __restrict__ xb, uint8_t* __restrict__ xs) {
+  using L = FT<T>;
+  grid_dep_launch();  // let the matmul start fetching weights now
+  const int nG = K / L::GS;
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= nG * M) return;
+  const int G = idx / M, t = idx - G * M;
+  const XT* xp = x + (int64_t)t * x_stride + (int64_t)G * L::GS;
+  float v[L::GS];
+#pragma unroll
+  for (int i = 0; i < L::GS / 8; ++i) {
+    const uint4 r = *reinterpret_cast<const uint4*>(xp + 8 * i);
+    const uint32_t wds[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = to_f2(XT(), wds[j]);
+      v[8 * i + 2 * j] = f.x;
+      v[8 * i + 2 * j + 1] = f.y;
+    }
+  }
+  Prep<T>::group(v, G, t, M, xb, xs);
+}
+
+// ---- main kernel ---------------------------------------------------------------------------------
+template <int T>
+__global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
+  using L = FT<T>;
+  constexpr int STEPS = L::STEPS, GPC = L::CE / L::GS;
+  const int U = a.U, RS = a.RS, UCB = U * L::CB;
+  extern __shared__ __align__(16) uint8_t smem[];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int N = a.N, M = a.M, S = a.S;
+  const int n0 = blockIdx.x * 16;
+  const int TP2 = (M + 1) >> 1;
+  const int GR = Prep<T>::gr(M);
+  const int SW = 16 * RS;
+  const int SBB = U * GPC * M * 32 * STEPS;  // B bytes per stage
+  const int SSB = U * GPC * GR;              // sigma/beta bytes per stage
+  const int STAGE = SW + SBB + SSB;
+  uint8_t* buf = smem + (size_t)warp * S * STAGE;
+
+  const int nchunks = a.K / (U * L::CE);  // stages' worth of K
+  const int mych = nchunks > warp ? (nchunks - warp + W - 1) / W : 0;
+
+  // copy mapping: two lanes per row, alternate 16-byte pieces
+  const int crow = lane >> 1, chalf = lane & 1;
+  const uint8_t* wsrc = a.w + (int64_t)min(n0 + crow, N - 1) * a.row_bytes;
+
+  // chunk i (the warp's i-th) into stage buffer `stage`
+  auto issue_w = [&](int i, int stage) {
+    if (i < mych) {
+      const int64_t ch = warp + (int64_t)i * W;
+      const int64_t off = L::MIS ? ((ch * UCB) & ~(int64_t)15) : ch * UCB;
+      const int P = L::MIS ? (int)(((ch * UCB) & 15) + UCB + 15) / 16 : UCB / 16;  // 16-byte pieces
+      const uint8_t* src = wsrc + off;
+      uint8_t* dst = buf + stage * STAGE + crow * RS;
+      for (int pc = chalf; pc < P; pc += 2) cp16(dst + 16 * pc, src + 16 * pc);
+    }
+  };
+  auto issue_x = [&](int i, int stage) {
+    if (i < mych) {
+      const int64_t ch = warp + (int64_t)i * W;
+      uint8_t* dst = buf + stage * STAGE + SW;
+      const uint8_t* sb = a.xb + ch * SBB;
+      for (int p = lane; p < SBB / 16; p += 32) cp16(dst + 16 * p, sb + 16 * p);
+      const uint8_t* ss = a.xs + ch * SSB;
+      for (int p = lane; p < SSB / 16; p += 32) cp16(dst + SBB + 16 * p, ss + 16 * p);
+    }
+  };
+
+  // Weights for the first stages do not depend on the prep kernel: ask for them before waiting.
+  for (int s = 0; s < S - 1; ++s) { issue_w(s, s); commit(); }
+  grid_dep_wait();
+  for (int s = 0; s < S - 1; ++s) { issue_x(s, s); commit(); }
+
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  // Lanes whose token (g >= M) or token pair (c >= TP2) does not exist read token 0's records: their
+  // D columns are never stored, and the loads stay unconditional.
+  const int gB = g < M ? g : 0, cS = c < TP2 ? c : 0;
+
+  int cur = 0;  // stage of chunk i
+  for (int i = 0; i < mych; ++i) {
+    wait_stages(S);  // chunk i has landed (chunks i+1 .. i+S-2 may be in flight)
+    __syncwarp();
+    {
+      // chunk i + S - 1 goes to the stage chunk i - 1 used: every lane is past it (the barrier above)
+      const int prev = cur == 0 ? S - 1 : cur - 1;
+      issue_w(i + S - 1, prev);
+      issue_x(i + S - 1, prev);
+      commit();
+    }
+    const uint8_t* st = buf + cur * STAGE;
+    int mis = 0;
+    if (L::MIS) mis = (int)(((warp + (int64_t)i * W) * UCB) & 15);
+    const uint8_t* rg0 = st + g * RS + mis;
+    const uint8_t* rg80 = st + (g + 8) * RS + mis;
+    const uint8_t* Bs = st + SW + (gB * 4 + c) * (8 * STEPS);
+    const uint8_t* SBs = st + SW + SBB + cS * 16;
+    const uint8_t* SSs = st + SW + SBB + TP2 * 16 + cS * 8;
+
+    for (int u = 0; u < U; ++u) {
+    const uint8_t* rg = rg0 + u * L::CB;
+    const uint8_t* rg8 = rg80 + u * L::CB;
+    const int q0 = u * GPC;
+    L::chunk(rg, rg8, c, [&](int qq, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+      const int q = q0 + qq;
+      uint32_t b[4] = {0u, 0u, 0u, 0u};
+      if constexpr (STEPS == 2) {
+        const uint4 r = *reinterpret_cast<const uint4*>(Bs + q * M * 64);
+        b[0] = r.x; b[1] = r.y; b[2] = r.z; b[3] = r.w;
+      } else {
+        const uint2 r = *reinterpret_cast<const uint2*>(Bs + q * M * 32);
+        b[0] = r.x; b[1] = r.y;
+      }
+      float sb[4];
+      {
+        const float4 r = *reinterpret_cast<const float4*>(SBs + q * GR);
+        sb[0] = r.x; sb[1] = r.y; sb[2] = r.z; sb[3] = r.w;
+      }
+      float D[4];
+      mma16816_z(D, A[0], b[0], b[1]);
+      if constexpr (STEPS == 2) mma16816(D, A[1], b[2], b[3]);
+      epilogue(D, sb, sg, sg8, acc);
+      if constexpr (L::HAS_MIN) {
+        const float2 r = *reinterpret_cast<const float2*>(SSs + q * GR);
+        const float Sv[2] = {r.x, r.y};
+        epilogue_min(Sv, og, og8, acc);
+      }
+    });
+    }
+    __syncwarp();
+    cur = cur + 1 == S ? 0 : cur + 1;
+  }
+  wait_n<0>();
+
+  if (W > 1) {
+    __syncthreads();
+    float* red = reinterpret_cast<float*>(smem);
+    if (warp > 0) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) red[((warp - 1) * 4 + e) * 32 + lane] = acc[e];
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    for (int w = 1; w < W; ++w)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] += red[((w - 1) * 4 + e) * 32 + lane];
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int tok = 2 * c + (e & 1), row = n0 + g + 8 * (e >> 1);
+    if (tok < M && row < N) {
+      const int64_t o = (int64_t)tok * a.out_stride + row;
+      if (a.out_bf16) reinterpret_cast<__nv_bfloat16*>(a.out)[o] = __float2bfloat16_rn(acc[e]);
+      else reinterpret_cast<__half*>(a.out)[o] = __float2half_rn(acc[e]);
+    }
+  }
+}
+
+// ---- launch --------------------------------------------------------------------------------------
+
+inline int env_knob(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : 0;
+}
+
+// Scratch bytes for the prep records, or 0 when this path does not take (T, K, M, row_bytes).
+template <int T>
+size_t scratch_bytes(int K, int M, int64_t row_bytes) {
+  using L = FT<T>;
+  if constexpr (!L::OK) {
+    return 0;
+  } else {
+    // Q6_K (16-element groups: twice the B records, 4 instructions per weight) measured no faster
+    // than gemv_mma_kernel at M = 1 and slower at M = 8 (NOTES.md v4): left to that kernel for now
+    // (the decoder here is checked on the host and on the GPU with GGUF_KERNELS_FAST_Q6K=1).
+    static const int q6k = env_knob("GGUF_KERNELS_FAST_Q6K");
+    const int max_m = T == Q6_K ? (q6k ? 8 : 0) : 8;
+    if (M < 1 || M > max_m || K <= 0 || K % L::CE != 0 || row_bytes % 16 != 0) return 0;
+    if (row_bytes != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES) return 0;
+    return (Prep<T>::bytes(K, M) + 255) / 256 * 256;
+  }
+}
+
+struct Choice { int W, S, U; };
+
+// Resident CTAs per SM for (W warps, smem bytes), from the occupancy calculator (registers, shared
+// memory, threads), cached per (W, S, M).
+template <int T>
+int ctas_per_sm(int W, int S, int M, int U, size_t smem) {
+  static int cache[3][5][3][8];
+  static bool init = false;
+  if (!init) {
+    for (auto& a : cache) for (auto& b : a) for (auto& c : b) for (int& v : c) v = -1;
+    init = true;
+  }
+  int wi = 0;
+  while ((1 << wi) < W) ++wi;
+  const int ui = U >= 4 ? 2 : U - 1;
+  int& v = cache[ui][wi][S - 2][M - 1];
+  if (v < 0) {
+    int n = 0;
+    if (smem > 48 * 1024)
+      cudaFuncSetAttribute(gemv_fast_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_fast_kernel<T>, 32 * W, smem) != cudaSuccess) {
+      cudaGetLastError();
+      n = 0;
+    }
+    v = n;
+  }
+  return v;
+}
+
+template <int T>
+size_t stage_bytes(int M, int U) {
+  using L = FT<T>;
+  return 16 * (size_t)rs_bytes<T>(U) + (size_t)U * (L::CE / L::GS) * (M * 32 * L::STEPS + Prep<T>::gr(M));
+}
+template <int T>
+size_t smem_bytes(int W, int S, int M, int U) {
+  return std::max<size_t>((size_t)W * S * stage_bytes<T>(M, U), (size_t)W * 4 * 32 * 4);
+}
+
+// Experiment knobs (0 = automatic): GGUF_KERNELS_FAST_U (type chunks per stage), _W (warps per CTA),
+// _S (stages).
+inline int knob_u() { static const int v = env_knob("GGUF_KERNELS_FAST_U"); return v; }
+inline int knob_w() { static const int v = env_knob("GGUF_KERNELS_FAST_W"); return v; }
+inline int knob_s() { static const int v = env_knob("GGUF_KERNELS_FAST_S"); return v; }
+
+// Pick warps per CTA (split of K) and stages: prefer configurations where every CTA is resident at
+// once (one wave), and among those the most weight bytes in flight per SM.
+// U: type chunks per stage (each stage asks for U * CB contiguous bytes of every row at once). Measured
+// (NOTES.md v4b): U = 2 helped Q8_0 (~8%), U = 4 vs 1 was within noise for Q4_0/Q4_K, U >= 2 hurt Q6_K
+// (fewer warps per SM); so the smallest U with runs of >= 400 bytes, for M <= 4 (at M = 8 the B
+// records make U > 1 stages too large for one wave). GGUF_KERNELS_FAST_U overrides.
+template <int T>
+int choose_u(int K, int M) {
+  using L = FT<T>;
+  const int nch = K / L::CE;
+  const int want = knob_u();
+  if (want == 1 || want == 2 || want == 4) return nch % want == 0 ? want : 1;
+  if (M > 4) return 1;
+  for (int U = 1; U <= 4; U *= 2)
+    if (nch % U == 0 && U * L::CB >= 400) return U;
+  return nch % 4 == 0 ? 4 : (nch % 2 == 0 ? 2 : 1);
+}
+
+template <int T>
+Choice choose(int N, int K, int M, int sms) {
+  using L = FT<T>;
+  const int U = choose_u<T>(K, M);
+  const int tiles = (N + 15) / 16, nch = K / (U * L::CE);
+  Choice best{1, 2, U};
+  double best_score = -1.0;
+  for (int W = 1; W <= 16; W *= 2) {
+    if (W > 1 && W > nch) break;
+    if (knob_w() && W != knob_w()) continue;
+    for (int S = 2; S <= 4; ++S) {
+      if (knob_s() && S != knob_s()) continue;
+      const size_t smem = smem_bytes<T>(W, S, M, U);
+      if (smem > 200 * 1024) continue;
+      const int per_sm = ctas_per_sm<T>(W, S, M, U, smem);
+      if (per_sm < 1) continue;
+      const int mych = (nch + W - 1) / W;
+      const bool one_wave = tiles <= sms * per_sm;
+      const double warps_sm = std::min<double>((double)tiles * W / sms, (double)per_sm * W);
+      const double inflight = warps_sm * std::min(S - 1, mych) * 16.0 * U * L::CB;
+      // fewer than ~8 warps per SM leave the decode latency-bound (v4: 6.8 warps/SM for IQ4_XS)
+      const double score = (one_wave ? 1e12 : 0.0) + inflight * std::min(1.0, warps_sm / 8.0) - 1e-3 * smem;
+      if (score > best_score) { best_score = score; best = {W, S, U}; }
+    }
+  }
+  return best;
+}
+
+inline int num_sms() {
+  static int sms = 0;
+  if (!sms) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (!sms) sms = 132;
+  }
+  return sms;
+}
+
+template <int T>
+cudaError_t launch(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, int pdl, cudaStream_t stream) {
+  using L = FT<T>;
+  if constexpr (!L::OK) {
+    return cudaErrorNotSupported;
+  } else {
+    const int K = ga.K, M = ga.M, N = ga.N;
+    if (scratch_bytes<T>(K, M, ga.row_bytes) == 0 || scratch_size < Prep<T>::bytes(K, M)) return cudaErrorInvalidValue;
+    uint8_t* xb = reinterpret_cast<uint8_t*>(scratch);
+    uint8_t* xs = xb + Prep<T>::b_bytes(K, M);
+    const int nthreads = K / L::GS * M;
+    const dim3 pgrid((nthreads + 127) / 128);
+    if (xt == DType::BF16)
+      prep_kernel<T, __nv_bfloat16><<<pgrid, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(ga.x),
+                                                               ga.x_stride, K, M, xb, xs);
+    else if (xt == DType::F16)
+      prep_kernel<T, __half><<<pgrid, 128, 0, stream>>>(reinterpret_cast<const __half*>(ga.x), ga.x_stride, K, M,
+                                                        xb, xs);
+    else
+      return cudaErrorInvalidValue;
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+
+    const Choice ch = choose<T>(N, K, M, num_sms());
+    FastArgs a;
+    a.w = ga.w; a.row_bytes = ga.row_bytes; a.N = N; a.K = K; a.M = M;
+    a.xb = xb; a.xs = xs; a.out = ga.out; a.out_stride = ga.out_stride;
+    a.out_bf16 = xt == DType::BF16; a.S = ch.S; a.U = ch.U; a.RS = rs_bytes<T>(ch.U);
+    const size_t smem = smem_bytes<T>(ch.W, ch.S, M, ch.U);
+    static size_t configured = 0;
+    if (smem > 48 * 1024 && smem > configured) {
+      e = cudaFuncSetAttribute(gemv_fast_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+      if (e != cudaSuccess) return e;
+      configured = 200 * 1024;
+    }
+    const dim3 grid((unsigned)((N + 15) / 16)), block(32 * ch.W);
+    if (pdl) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = grid;
+      cfg.blockDim = block;
+      cfg.dynamicSmemBytes = smem;
+      cfg.stream = stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      e = cudaLaunchKernelEx(&cfg, gemv_fast_kernel<T>, a);
+      if (e == cudaSuccess) return cudaGetLastError();
+      cudaGetLastError();  // fall back to a plain launch
+    }
+    gemv_fast_kernel<T><<<grid, block, smem, stream>>>(a);
+    return cudaGetLastError();
+  }
+}
+
+}  // namespace fast
+
+template <int T>
+size_t gemv_fast_scratch(int K, int M, int64_t row_bytes) {
+  return fast::scratch_bytes<T>(K, M, row_bytes);
+}
+template <int T>
+cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t scratch_size, int pdl,
+                             cudaStream_t stream) {
+  return fast::launch<T>(a, xt, scratch, scratch_size, pdl, stream);
+}
+
+#define GQ_FAST_INSTANTIATE(T)                                        \
+  template size_t gemv_fast_scratch<T>(int, int, int64_t);           \
+  template cudaError_t launch_gemv_fast<T>(const GemvArgs&, DType, void*, size_t, int, cudaStream_t);
+
+}  // namespace gq

@@ -1,0 +1,159 @@
+// The fast small-M matmul's data path (csrc/gemv_fast.cuh: prep records, chunk decoders, epilogue)
+// run on the host, with the chunk laid out as the kernel's shared-memory stage and a software model
+// of mma.m16n8k16 (f16 x f16 -> f32) fragments. Built with `nvcc -shared` and driven from Python
+// (fast_host_check.py) against gguf-py's dequantizer.
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "../csrc/gemv_fast.cuh"
+
+namespace gq { namespace fast {
+// as in gemv_fast_kernel.cuh (kept in step by hand; the kernel file needs the CUDA runtime)
+template <int T> int rs_bytes(int U) { using L = FT<T>; int n = (U * L::CB + (L::MIS ? 12 : 0) + 15) / 16; return 16 * (n | 1); }
+} }
+
+using namespace gq;
+using namespace gq::fast;
+
+static float h2f(uint32_t bits16) { return __half2float(__ushort_as_half((unsigned short)(bits16 & 0xFFFF))); }
+
+// D[lane][4] += A (fragments of 32 lanes) x B (fragments), PTX m16n8k16 layouts.
+static void mma_model(const uint32_t (*A)[4], const uint32_t (*B)[2], float (*D)[4]) {
+  float a[16][16], b[16][8];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, c = lane & 3;
+    const int rows[4] = {g, g + 8, g, g + 8}, ks[4] = {2 * c, 2 * c, 2 * c + 8, 2 * c + 8};
+    for (int r = 0; r < 4; ++r) {
+      a[rows[r]][ks[r]] = h2f(A[lane][r]);
+      a[rows[r]][ks[r] + 1] = h2f(A[lane][r] >> 16);
+    }
+    b[2 * c][g] = h2f(B[lane][0]);
+    b[2 * c + 1][g] = h2f(B[lane][0] >> 16);
+    b[2 * c + 8][g] = h2f(B[lane][1]);
+    b[2 * c + 9][g] = h2f(B[lane][1] >> 16);
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, c = lane & 3;
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e >> 1), col = 2 * c + (e & 1);
+      double s = D[lane][e];
+      for (int k = 0; k < 16; ++k) s += (double)a[row][k] * (double)b[k][col];
+      D[lane][e] = (float)s;
+    }
+  }
+}
+
+struct Rec {
+  uint32_t A[2][4];
+  float sg, sg8, og, og8;
+  bool seen;
+};
+
+template <int T>
+static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M, float* out, int U) {
+  using L = FT<T>;
+  const int GPC = U * (L::CE / L::GS), STEPS = L::STEPS, RS = rs_bytes<T>(U), UCB = U * L::CB;
+  if (K % (U * L::CE) || rb % 16 || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES) return 2;
+  const int nG = K / L::GS, TP2 = (M + 1) / 2, GR = Prep<T>::gr(M);
+  std::vector<uint8_t> scratch(Prep<T>::bytes(K, M) + 64, 0xCD);
+  uint8_t* xb = scratch.data();
+  uint8_t* xs = xb + Prep<T>::b_bytes(K, M);
+  for (int G = 0; G < nG; ++G)
+    for (int t = 0; t < M; ++t) Prep<T>::group(x + (size_t)t * K + (size_t)G * L::GS, G, t, M, xb, xs);
+
+  const int SW = 16 * RS, SBB = GPC * M * 32 * STEPS, SSB = GPC * GR;
+  std::vector<uint8_t> stage_mem(SW + SBB + SSB + 64 + 16, 0);
+  uint8_t* st = reinterpret_cast<uint8_t*>(((uintptr_t)stage_mem.data() + 15) & ~(uintptr_t)15);
+  const int nch = K / (U * L::CE);
+  for (int n0 = 0; n0 < R; n0 += 16) {
+    float acc[32][4] = {};
+    for (int ch = 0; ch < nch; ++ch) {
+      const int64_t off = L::MIS ? (((int64_t)ch * UCB) & ~(int64_t)15) : (int64_t)ch * UCB;
+      const int P = L::MIS ? (int)((((int64_t)ch * UCB) & 15) + UCB + 15) / 16 : UCB / 16;
+      if (off + 16 * P > rb) { std::fprintf(stderr, "copy past the row end\n"); return 4; }
+      for (int r = 0; r < 16; ++r) {
+        const int row = n0 + r < R ? n0 + r : R - 1;
+        const int64_t n = 16 * P;
+        std::memset(st + r * RS, 0xEE, RS);
+        std::memcpy(st + r * RS, w + (size_t)row * rb + off, (size_t)n);
+      }
+      std::memcpy(st + SW, xb + (size_t)ch * SBB, SBB);
+      std::memcpy(st + SW + SBB, xs + (size_t)ch * SSB, SSB);
+      const int mis = L::MIS ? (int)(((int64_t)ch * UCB) & 15) : 0;
+      std::vector<Rec> recs(32 * GPC);
+      for (auto& r : recs) r.seen = false;
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, c = lane & 3;
+        for (int u = 0; u < U; ++u) {
+        const uint8_t* rg = st + g * RS + mis + u * L::CB;
+        const uint8_t* rg8 = st + (g + 8) * RS + mis + u * L::CB;
+        L::chunk(rg, rg8, c, [&](int qq, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+          const int q = u * (L::CE / L::GS) + qq;
+          Rec& rc = recs[lane * GPC + q];
+          std::memcpy(rc.A, A, sizeof(rc.A));
+          rc.sg = sg; rc.sg8 = sg8; rc.og = og; rc.og8 = og8;
+          rc.seen = true;
+        });
+        }
+      }
+      for (int q = 0; q < GPC; ++q) {
+        float D[32][4] = {};
+        for (int s = 0; s < STEPS; ++s) {
+          uint32_t A[32][4], B[32][2];
+          for (int lane = 0; lane < 32; ++lane) {
+            const int g = lane >> 2, c = lane & 3;
+            const Rec& rc = recs[lane * GPC + q];
+            if (!rc.seen) { std::fprintf(stderr, "group %d not produced\n", q); return 3; }
+            for (int r = 0; r < 4; ++r) A[lane][r] = rc.A[s][r];
+            B[lane][0] = B[lane][1] = 0;
+            if (g < M) {
+              const uint32_t* bp = reinterpret_cast<const uint32_t*>(st + SW + (size_t)q * M * 32 * STEPS +
+                                                                     (g * 4 + c) * (8 * STEPS));
+              B[lane][0] = bp[2 * s];
+              B[lane][1] = bp[2 * s + 1];
+            }
+          }
+          mma_model(A, B, D);
+        }
+        for (int lane = 0; lane < 32; ++lane) {
+          const int c = lane & 3;
+          const Rec& rc = recs[lane * GPC + q];
+          float sb[4] = {0, 0, 0, 0}, Sv[2] = {0, 0};
+          if (c < TP2) {
+            const float* p = reinterpret_cast<const float*>(st + SW + SBB + (size_t)q * GR + c * 16);
+            for (int i = 0; i < 4; ++i) sb[i] = p[i];
+            if (L::HAS_MIN) {
+              const float* ps = reinterpret_cast<const float*>(st + SW + SBB + (size_t)q * GR + TP2 * 16 + c * 8);
+              Sv[0] = ps[0]; Sv[1] = ps[1];
+            }
+          }
+          epilogue(D[lane], sb, rc.sg, rc.sg8, acc[lane]);
+          if (L::HAS_MIN) epilogue_min(Sv, rc.og, rc.og8, acc[lane]);
+        }
+      }
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane >> 2, c = lane & 3;
+      for (int e = 0; e < 4; ++e) {
+        const int tok = 2 * c + (e & 1), row = n0 + g + 8 * (e >> 1);
+        if (tok < M && row < R) out[(size_t)tok * R + row] = acc[lane][e];
+      }
+    }
+  }
+  return 0;
+}
+
+extern "C" int fast_matmul(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M, float* out,
+                           int U) {
+  switch (t) {
+    case Q4_0: return run<Q4_0>(w, R, rb, K, x, M, out, U);
+    case Q8_0: return run<Q8_0>(w, R, rb, K, x, M, out, U);
+    case Q4_K: return run<Q4_K>(w, R, rb, K, x, M, out, U);
+    case Q5_K: return run<Q5_K>(w, R, rb, K, x, M, out, U);
+    case Q6_K: return run<Q6_K>(w, R, rb, K, x, M, out, U);
+    case IQ4_XS: return run<IQ4_XS>(w, R, rb, K, x, M, out, U);
+    case MXFP4: return run<MXFP4>(w, R, rb, K, x, M, out, U);
+  }
+  return 1;
+}

@@ -1,0 +1,80 @@
+"""Host check of the fast small-M matmul's data path (fast_host.cu) against gguf-py, no GPU.
+
+    python kernels-src/gguf_kernels/tests/fast_host_check.py        # builds fast_host.cu with nvcc
+
+Random valid blocks (every byte random except the fp16 scale fields), bf16-valued activations with
+a wide spread of magnitudes, rows not a multiple of 16, M = 1..8. The host model sums in fp32 like
+the kernel, so the relative error must stay near fp32 rounding (< 5e-5; the 1024 base cancels in the epilogue); a wrong byte, nibble or slot
+mapping gives O(1).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
+from gguf.quants import dequantize
+
+HALF_FIELDS = {"Q4_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_XS": [0]}
+TYPES = ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"]
+
+
+def random_packed(name, rows, cols, rng):
+    bs, ts = GGML_QUANT_SIZES[QT[name]]
+    nb = cols // bs
+    raw = rng.integers(0, 256, size=(rows, nb, ts), dtype=np.uint8)
+    if name == "MXFP4":
+        raw[:, :, 0] = rng.integers(118, 134, size=(rows, nb))
+    for off in HALF_FIELDS.get(name, []):
+        h = (rng.standard_normal((rows, nb)) * 0.01).astype(np.float16)
+        raw[:, :, off:off + 2] = h.view(np.uint8).reshape(rows, nb, 2)
+    return raw.reshape(rows, nb * ts)
+
+
+def bf16_round(a):
+    u = a.astype(np.float32).view(np.uint32)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.view(np.float32)
+
+
+def build(out_dir):
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast_host.cu")
+    lib = os.path.join(out_dir, "libfast_host.so")
+    subprocess.run(["nvcc", "-O1", "-std=c++17", "--expt-relaxed-constexpr", "-shared", "-Xcompiler", "-fPIC", "-o", lib, src], check=True)
+    return lib
+
+
+def main():
+    tmp = tempfile.mkdtemp()
+    lib = ctypes.CDLL(build(tmp))
+    rng = np.random.default_rng(int(os.environ.get("SEED", "1")))
+    bad = 0
+    for name in TYPES:
+        bs, ts = GGML_QUANT_SIZES[QT[name]]
+        for K in ([2048, 4096] if name in ("Q6_K", "IQ4_XS", "MXFP4") else [1024, 2048]):
+            R = 37
+            packed = random_packed(name, R, K, rng)
+            w = dequantize(packed, QT[name]).reshape(R, K).astype(np.float64)
+            for M, U in ((1, 1), (2, 2), (3, 4), (8, 1), (1, 4), (8, 2)):
+                x = rng.standard_normal((M, K)) * np.exp(rng.uniform(-6, 6, size=(M, K // 16)).repeat(16, axis=1))
+                x = bf16_round(x)
+                out = np.full((M, R), np.nan, np.float32)
+                rc = lib.fast_matmul(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
+                                     ctypes.c_longlong(packed.shape[1]), K,
+                                     np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p), M,
+                                     out.ctypes.data_as(ctypes.c_void_p), U)
+                ref = x.astype(np.float64) @ w.T
+                err = np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30) if rc == 0 else float("nan")
+                ok = rc == 0 and np.isfinite(out).all() and err < 5e-5
+                bad += not ok
+                print(f"{name:7s} K={K:5d} M={M} U={U} rc={rc} rel={err:.2e} {'ok' if ok else 'FAIL'}")
+    print("host check:", "FAILED" if bad else "all ok")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
