@@ -17,8 +17,23 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
+from transformers.generation.streamers import BaseStreamer
 
 import gguf_quant  # noqa: F401
+
+
+class TokenTimes(BaseStreamer):
+    """Records when each generated token reaches the host."""
+
+    def __init__(self):
+        self.times: list[float] = []
+
+    def put(self, value) -> None:
+        torch.cuda.synchronize()
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
 
 
 def timed(fn) -> float:
@@ -47,15 +62,14 @@ def main() -> None:
     with torch.no_grad():
         model(ids[:, :8])  # warm-up: kernels resolved, caches allocated
         prefill = min(timed(lambda: model(ids)) for _ in range(3))
-
-        def generate(n):
-            return model.generate(ids[:, :16], max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                                  cache_implementation="static")
-
-        generate(args.new_tokens)  # compiles the decode step and captures its graphs
-        short = timed(lambda: generate(8))
-        long = timed(lambda: generate(8 + args.new_tokens))
-    decode = args.new_tokens / (long - short)
+        # Decode rate from per-token timestamps, over a generate call whose static cache (and so
+        # compiled graph) has the same size as the warm-up's: a new cache size recompiles.
+        for _ in range(2):
+            stamps = TokenTimes()
+            model.generate(ids[:, :16], max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
+                           do_sample=False, cache_implementation="static", streamer=stamps)
+    skip = 8  # the prompt and the first tokens, which include any last-minute capture
+    decode = (len(stamps.times) - 1 - skip) / (stamps.times[-1] - stamps.times[skip])
     rows = [
         f"| gguf-quant + transformers (bf16, static cache, compiled) | {args.prompt_tokens / prefill:.0f} | {decode:.1f} |"
     ]

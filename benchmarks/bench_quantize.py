@@ -69,14 +69,14 @@ def main() -> None:
 
     ours_path = args.out / f"ours-{args.mix}.gguf"
     ours_s = ours(args.src, ours_path, args.mix, args.device)
-    rows = [f"| gguf-quant ({args.device}) | {args.mix} | {ours_s:.1f} | 1.0x |"]
+    rows = [f"| gguf-quant ({args.device}) | {args.mix} | {ours_s:.1f} | 1.00x |"]
     if args.llama_quantize:
         theirs_path = args.out / f"llama-{args.mix}.gguf"
         start = time.perf_counter()
         subprocess.run([str(args.llama_quantize), str(args.src), str(theirs_path), args.mix, str(args.threads)],
                        check=True, capture_output=True)
         theirs_s = time.perf_counter() - start
-        rows.append(f"| llama-quantize ({args.threads} CPU threads) | {args.mix} | {theirs_s:.1f} | {ours_s / theirs_s:.2f}x |")
+        rows.append(f"| llama-quantize ({args.threads} CPU threads) | {args.mix} | {theirs_s:.1f} | {theirs_s / ours_s:.2f}x |")
         a, b = read_gguf(ours_path), read_gguf(theirs_path)
         same = sum(
             a.tensors[n].type == b.tensors[n].type and torch.equal(a.raw(n).view(torch.uint8).flatten(), b.raw(n).view(torch.uint8).flatten())
@@ -84,7 +84,7 @@ def main() -> None:
         )
         rows.append(f"\nidentical tensors (type and bytes): {same} of {len(b.tensors)}")
     size = args.src.stat().st_size / 1e9
-    print(f"source {args.src.name} ({size:.1f} GB)\n\n| quantizer | mix | seconds | time vs ours |\n| --- | --- | ---: | ---: |")
+    print(f"source {args.src.name} ({size:.1f} GB)\n\n| quantizer | mix | seconds | its time / ours |\n| --- | --- | ---: | ---: |")
     print("\n".join(rows))
 
 

@@ -303,7 +303,7 @@ at::Tensor quantize(const at::Tensor& weight, int64_t qtype) {
     case at::kBFloat16: in = gq::QuantIn::BF16; break;
     case at::kHalf: in = gq::QuantIn::F16; break;
     default: TORCH_CHECK(false, "gguf_kernels: quantize: weight must be float32, bfloat16 or float16, got ",
-                         weight.scalar_type());
+                         c10::toString(weight.scalar_type()));
   }
   const int64_t K = weight.size(-1);
   TORCH_CHECK(K % ti.block == 0, "gguf_kernels: quantize: rows of ", K, " elements are not a multiple of the block size ",

@@ -66,6 +66,10 @@ def moe_matmul(x: torch.Tensor, packed: torch.Tensor, ids: torch.Tensor, qtype: 
 
 
 def quantize(weight: torch.Tensor, qtype: int) -> torch.Tensor:
+    # Checked here as well: on the H200 an int32 weight crashed the process inside the op's
+    # dtype check instead of raising (seen once; cause not established).
+    if weight.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise RuntimeError(f"gguf_kernels: quantize: weight must be float32, bfloat16 or float16, got {weight.dtype}")
     return ops.quantize(weight, int(qtype))
 
 
