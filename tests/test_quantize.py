@@ -14,6 +14,7 @@ from gguf.constants import GGMLQuantizationType
 import ggml_ref
 from gguf_quant.ggml.quant import QUANTIZED_TYPES, quantize
 from gguf_quant.ggml.types import ggml_type
+from quant_inputs import row
 
 BLOCK32 = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "MXFP4", "IQ4_NL"]
 SUPER256 = ["Q4_K", "Q6_K", "Q5_K", "Q3_K", "Q2_K", "IQ4_XS"]
@@ -35,47 +36,6 @@ def ggml():
 # inputs
 # --------------------------------------------------------------------------------------------------
 
-def _row(kind: str, cols: int, rng: np.random.Generator) -> np.ndarray:
-    n = rng.standard_normal(cols).astype(np.float32)
-    if kind == "normal":
-        return n
-    if kind == "zeros":
-        return np.zeros(cols, np.float32)
-    if kind == "outlier":  # one huge value in an ordinary row
-        r = n.copy()
-        r[rng.integers(cols)] = np.float32(1e4 * rng.choice([-1, 1]))
-        return r
-    if kind == "tiny":
-        return n * np.float32(1e-30)
-    if kind == "denormal":  # below float32's normal range
-        return n * np.float32(1e-39)
-    if kind == "huge":  # 1e4 .. 1e30: from ordinary scales to float16 overflow and float32 x*x overflow
-        return n * np.float32(10.0 ** rng.uniform(4, 30))
-    if kind == "constant":
-        return np.full(cols, np.float32(rng.standard_normal()), np.float32)
-    if kind == "alternating":  # mixed signs, equal magnitudes: every tie-break matters
-        return np.tile(np.array([1, -1], np.float32), cols // 2) * np.float32(rng.random() + 0.5)
-    if kind == "positive":
-        return np.abs(n)
-    if kind == "negative":
-        return -np.abs(n)
-    if kind == "eighths":  # k/8: many exact rounding ties
-        return (rng.integers(-64, 65, cols) / 8).astype(np.float32)
-    if kind == "fp16":  # values a float16 checkpoint holds
-        return n.astype(np.float16).astype(np.float32)
-    if kind == "heavy_tail":
-        return rng.standard_t(1.5, cols).astype(np.float32)
-    if kind == "sparse":  # mostly zeros, some of them -0.0
-        return n * (rng.random(cols) < 0.1)
-    if kind == "signed_zeros":
-        return np.where(rng.random(cols) < 0.5, -0.0, 0.0).astype(np.float32)
-    if kind == "pow2":  # powers of two and the floats just below them (MXFP4's log2 edge)
-        e = rng.integers(-10, 10, cols)
-        return (2.0 ** e * rng.choice([-1, 1], cols) * (1 - rng.integers(0, 3, cols) * 2.0**-24)).astype(np.float32)
-    if kind == "offset":  # all values far from zero, small spread
-        return (rng.random(cols) * 4 + 100).astype(np.float32)
-    raise ValueError(kind)
-
 
 KINDS = ["normal", "zeros", "outlier", "tiny", "denormal", "huge", "constant", "alternating", "positive",
          "negative", "eighths", "fp16", "heavy_tail", "sparse", "signed_zeros", "pow2", "offset"]
@@ -86,7 +46,7 @@ GGUF_PY_KINDS = [k for k in KINDS if k not in ("sparse", "signed_zeros")]
 
 def _matrix(cols: int, kinds=KINDS, reps: int = 2, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed + cols)
-    return np.stack([_row(k, cols, rng) for _ in range(reps) for k in kinds])
+    return np.stack([row(k, cols, rng) for _ in range(reps) for k in kinds])
 
 
 def _assert_bytes_equal(ours: torch.Tensor, ref: np.ndarray, x: np.ndarray, kinds, what: str):
