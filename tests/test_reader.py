@@ -149,3 +149,17 @@ def test_malformed_headers(tmp_path, blob, message):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(GgufError, match="cannot open"):
         read_gguf(tmp_path / "nope.gguf")
+
+
+def test_a_type_we_cannot_compute_with_fails_at_load(tmp_path):
+    """gguf-py writes Q8_1 (an activation type), which no dequantizer here handles: loading the
+    file must name the tensor at once rather than fail at the first forward."""
+    from transformers import AutoModelForCausalLM
+
+    import gguf_quant  # noqa: F401
+    from tiny_gguf import write_tiny
+
+    path = write_tiny(tmp_path / "t.gguf", "llama", "Q8_0")
+    _patch_tensor_entry(path, "blk.0.attn_q.weight", "type", int(T.Q8_1))
+    with pytest.raises(GgufError, match=r"t\.gguf.*blk\.0\.attn_q\.weight.*Q8_1, which gguf_quant cannot compute with"):
+        AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)

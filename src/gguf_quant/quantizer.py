@@ -17,7 +17,8 @@ from .archs.conversions import NormPlusOne, Quantize, Unpack
 from .ggml.types import ggml_type
 from .mixes import model_types
 from .config import GgufQuantizeConfig
-from .gguf_io.reader import GgufFile, read_gguf
+from .ggml.dequant import DEQUANTIZABLE_TYPES
+from .gguf_io.reader import GgufError, GgufFile, read_gguf
 from .packing import PackingReport, swap_modules
 
 __all__ = ["GGUFQuantizer"]
@@ -56,6 +57,10 @@ class GGUFQuantizer(HfQuantizer):
                 f"{gguf_file}: quant_type={self.quantization_config.quant_type!r} asks to quantize a float "
                 "checkpoint while it loads, but this is already a GGUF file; drop quant_type."
             )
+        # A type nothing here can compute with fails now, by name, not at the first forward.
+        for name, info in self.gguf.tensors.items():
+            if info.type.name not in DEQUANTIZABLE_TYPES:
+                raise GgufError(f"{info.path}: tensor {name!r} has ggml type {info.type.name}, which gguf_quant cannot compute with")
         arch = self.gguf.architecture
         if not archs.is_supported(arch):
             self.legacy = True
