@@ -118,3 +118,13 @@ def test_quant_type_on_a_gguf_file_is_refused(tmp_path):
     path = write_tiny(tmp_path / "t.gguf", "llama", "Q8_0")
     with pytest.raises(ValueError, match=r"t\.gguf.*quant_type='Q4_0'.*already a GGUF file"):
         _gguf(path, quantization_config=GgufQuantizeConfig(quant_type="Q4_0"))
+
+
+def test_dequantized_load_saves_and_reloads_as_floats(tmp_path):
+    path = write_tiny(tmp_path / "t.gguf", "llama", "Q8_0")
+    model = _gguf(path, dtype=torch.float32, quantization_config=GgufQuantizeConfig(dequantize=True))
+    assert not _packed(model) and set(model.gguf_report.unpacked)
+    model.save_pretrained(tmp_path / "saved")
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.float32)
+    assert not _packed(reloaded)
+    assert torch.equal(_logits(model), _logits(reloaded))

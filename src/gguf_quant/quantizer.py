@@ -14,11 +14,11 @@ from transformers.quantizers.base import HfQuantizer
 
 from . import archs
 from .archs.conversions import NormPlusOne, Quantize, Unpack
-from .ggml.types import ggml_type
-from .mixes import model_types
 from .config import GgufQuantizeConfig
 from .ggml.dequant import DEQUANTIZABLE_TYPES
+from .ggml.types import ggml_type
 from .gguf_io.reader import GgufError, GgufFile, read_gguf
+from .mixes import model_types
 from .packing import PackingReport, swap_modules
 
 __all__ = ["GGUFQuantizer"]
@@ -128,8 +128,7 @@ class GGUFQuantizer(HfQuantizer):
         """A float checkpoint quantized as it loads, or a saved packed one reloaded."""
         cfg = self.quantization_config
         if self.pre_quantized:
-            if not cfg.module_types:
-                raise ValueError("gguf_quant: this checkpoint's quantization_config lists no packed modules (module_types)")
+            # (empty for a model saved after loading with dequantize=True: nothing to swap)
             types = dict(cfg.module_types)
             source = "saved packed checkpoint"
         elif cfg.quant_type:
@@ -170,17 +169,16 @@ class GGUFQuantizer(HfQuantizer):
         return dtype
 
     def _process_model_after_weight_loading(self, model, **kwargs):
-        # The GGUF renamings must not be replayed in reverse when the model is saved.
-        if self.gguf is not None:
-            model._weight_conversions = None
         model.gguf_report = self.report
         self._apply_rope_factors(model)
         # What a reload of `save_pretrained`'s output needs to rebuild the same modules.
         self.quantization_config.module_types = dict(self.report.packed)
         if self.gguf is not None:
+            # The GGUF renamings must not be replayed in reverse when the model is saved.
+            model._weight_conversions = None
             # The source file's metadata (tokenizer included), for `save_gguf` to write back.
             model.gguf_metadata = self.gguf.metadata
-        if self.gguf is not None and not self.legacy:
+        if not self.legacy:
             logger.info(f"{self.report}\ngguf_quant: loaded in {time.perf_counter() - self._started:.1f} s")
             if self.report.unpacked:
                 logger.warning(str(self.report))
