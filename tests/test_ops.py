@@ -81,3 +81,20 @@ def test_compiles_fullgraph():
     fn = torch.compile(lambda x: ops.matmul(x, packed, qt).relu(), fullgraph=True, backend="eager")
     x = torch.randn(4, 64)
     torch.testing.assert_close(fn(x), (x @ dense.T).relu(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch, qtype, experts", [("llama", "Q4_0", 0), ("qwen3moe", "Q8_0", 4)])
+def test_whole_packed_model_compiles_fullgraph(arch, qtype, experts, tmp_path):
+    """No graph break anywhere in a packed model's forward, dense or MoE (the ops' fake
+    implementations carry torch.compile through them)."""
+    from transformers import AutoModelForCausalLM
+
+    from tiny_gguf import Shape, write_tiny
+
+    path = write_tiny(tmp_path / "m.gguf", arch, qtype, Shape(experts=experts, ff_exp=64), tied=False)
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    ids = torch.tensor([[1, 504, 3458, 281, 260, 1345]])
+    with torch.no_grad():
+        ref = model(ids).logits
+        out = torch.compile(model, fullgraph=True, backend="eager")(ids).logits
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
