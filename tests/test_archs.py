@@ -16,7 +16,7 @@ from gguf_quant.archs.configs import CONFIG_BUILDERS
 from llamacpp_ref import LlamaCppModel, rel_l2
 from tiny_gguf import write_tiny
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "starcoder2"]
 IDS = [1, 504, 3458, 281, 260, 1345, 314, 2118, 28, 1064, 4910, 30, 216, 7, 9012, 31]
 
 

@@ -219,6 +219,7 @@ TINY = [  # (id, architecture, type, shape); llama keeps an untied head and so d
     ("gemma2", "gemma2", "Q8_0", Shape()),
     ("gemma3", "gemma3", "Q8_0", Shape()),
     ("phi3", "phi3", "Q8_0", Shape()),
+    ("starcoder2", "starcoder2", "Q8_0", Shape()),
     ("qwen2moe", "qwen2moe", "Q8_0", Shape(experts=4, used=2, ff_exp=64, ff_shexp=96)),
     ("mixtral", "llama", "Q4_0", Shape(experts=4, used=2, ff=64)),
     # llama.cpp's own Q4_K_M mix: several block types, chosen by llama-quantize, not by us

@@ -76,6 +76,8 @@ def _arch_tensors(arch: str, s: Shape) -> list[tuple[str, tuple[int, ...], str]]
             out += [(b + "ffn_gate_inp.weight", (e, s.hidden), "router")]
             out += [(b + f"ffn_{x}_exps.weight", (e, s.ff_exp, s.hidden), "experts") for x in ("gate", "up")]
             out += [(b + "ffn_down_exps.weight", (e, s.hidden, s.ff_exp), "experts")]
+        elif arch == "starcoder2":  # a plain GELU MLP
+            out += [(b + "ffn_up.weight", (s.ff, s.hidden), "matrix")]
         elif arch != "phi3":
             out += [(b + "ffn_gate.weight", (s.ff, s.hidden), "matrix"), (b + "ffn_up.weight", (s.ff, s.hidden), "matrix")]
         if not s.experts:
@@ -86,6 +88,10 @@ def _arch_tensors(arch: str, s: Shape) -> list[tuple[str, tuple[int, ...], str]]
             out += [(b + "ffn_gate_inp_shexp.weight", (s.hidden,), "router")]
         if arch in ("qwen2", "qwen2moe"):
             out += [(b + f"attn_{x}.bias", (n,), "bias") for x, n in (("q", q), ("k", kv), ("v", kv))]
+        if arch == "starcoder2":  # LayerNorms and every projection with a bias
+            sizes = {"attn_norm": s.hidden, "ffn_norm": s.hidden, "attn_q": q, "attn_k": kv, "attn_v": kv,
+                     "attn_output": s.hidden, "ffn_up": s.ff, "ffn_down": s.hidden}
+            out += [(b + f"{x}.bias", (n,), "bias") for x, n in sizes.items()]
         if arch in ("qwen3", "qwen3moe", "gemma3"):
             out += [(b + "attn_q_norm.weight", (s.head_dim,), "norm"), (b + "attn_k_norm.weight", (s.head_dim,), "norm")]
         if arch in ("gemma2", "gemma3"):
@@ -125,7 +131,10 @@ def write_tiny(
     w.add_value_length(s.head_dim)
     w.add_rope_dimension_count(s.head_dim)
     w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(1e-6)
+    if arch == "starcoder2":
+        w.add_layer_norm_eps(1e-5)
+    else:
+        w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(int(LlamaFileType.MOSTLY_MXFP4_MOE) if mxfp4_moe else int(t))
     if arch in ("gemma2", "gemma3", "phi3", "gpt-oss"):
         w.add_sliding_window(s.window)
@@ -157,6 +166,8 @@ def write_tiny(
         matrix("output.weight", (vocab, s.hidden))
     # Norms near 1 (Gemma files store 1 + w, so near 1 there as well).
     w.add_tensor("output_norm.weight", (1 + 0.1 * rng.standard_normal(s.hidden)).astype(np.float32))
+    if arch == "starcoder2":
+        w.add_tensor("output_norm.bias", (0.1 * rng.standard_normal(s.hidden)).astype(np.float32))
     for name, shp, kind in _arch_tensors(arch, s):
         if kind in ("matrix", "experts"):
             matrix(name, shp, t_experts if kind == "experts" else t)

@@ -33,14 +33,12 @@ class ArchRules:
 
 ARCH_RULES: dict[str, ArchRules] = {
     "llama": ArchRules(rope_permuted=True),
-    "mistral": ArchRules(),
     "qwen2": ArchRules(),
     "qwen3": ArchRules(),
     "qwen2moe": ArchRules(),
     "qwen3moe": ArchRules(),
     "phi3": ArchRules(),
     "starcoder2": ArchRules(),
-    "stablelm": ArchRules(),
     "gemma2": ArchRules(norm_plus_one=True),
     "gemma3": ArchRules(norm_plus_one=True),
     "gpt-oss": ArchRules(experts_interleaved=True),

@@ -93,6 +93,16 @@ def _qwen3(meta, names):
     return _base(meta, names, "qwen3", "qwen3", "Qwen3ForCausalLM")
 
 
+def _starcoder2(meta, names):
+    config = _base(meta, names, "starcoder2", "starcoder2", "Starcoder2ForCausalLM")
+    # LayerNorm (with biases), not RMSNorm; llama.cpp uses no sliding window for it.
+    del config["rms_norm_eps"]
+    config["norm_epsilon"] = meta.get("starcoder2.attention.layer_norm_epsilon")
+    config["use_bias"] = True
+    config["sliding_window"] = None
+    return config
+
+
 def _phi3(meta, names):
     config = _base(meta, names, "phi3", "phi3", "Phi3ForCausalLM")
     # Phi-3 rotates only part of each head.
@@ -189,6 +199,7 @@ CONFIG_BUILDERS: dict[str, Callable[[dict, tuple], dict]] = {
     "qwen2moe": _qwen2moe,
     "qwen3moe": _qwen3moe,
     "phi3": _phi3,
+    "starcoder2": _starcoder2,
     "gemma2": _gemma2,
     "gemma3": _gemma3,
     "gpt-oss": _gpt_oss,

@@ -56,6 +56,8 @@ EXPORT_ARCHS: dict[str, str] = {
     "qwen2_moe": "qwen2moe",
     "qwen3_moe": "qwen3moe",
     "mixtral": "llama",  # llama.cpp writes Mixtral as llama with experts
+    "mistral": "llama",  # and Mistral as llama
+    "starcoder2": "starcoder2",
 }
 
 _F32 = GGMLQuantizationType.F32
@@ -355,7 +357,12 @@ def _base_metadata(text, arch: str) -> dict[str, GGUFValue]:
         k(Keys.Attention.HEAD_COUNT_KV): _u32(getattr(text, "num_key_value_heads", None) or heads),
         k(Keys.Attention.KEY_LENGTH): _u32(head_dim),
         k(Keys.Attention.VALUE_LENGTH): _u32(head_dim),
-        k(Keys.Attention.LAYERNORM_RMS_EPS): _f32(text.rms_norm_eps),
+        # RMSNorm models state its epsilon; StarCoder2's LayerNorms theirs under another key
+        **(
+            {k(Keys.Attention.LAYERNORM_EPS): _f32(text.norm_epsilon)}
+            if hasattr(text, "norm_epsilon")
+            else {k(Keys.Attention.LAYERNORM_RMS_EPS): _f32(text.rms_norm_eps)}
+        ),
         k(Keys.Rope.FREQ_BASE): _f32(_rope_parameters(text)["rope_theta"]),
         k(Keys.Rope.DIMENSION_COUNT): _u32(int(head_dim * _partial_rotary(text))),
         k(Keys.LLM.VOCAB_SIZE): _u32(text.vocab_size),
