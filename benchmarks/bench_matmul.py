@@ -274,13 +274,7 @@ def main(argv=None) -> int:
     if args.load_rows:
         with open(args.load_rows) as f:
             saved = json.load(f)
-        header, rows = saved["header"], saved["rows"]
-        table = fmt_table(rows, llama, llama_src)
-        print(header)
-        print(table)
-        if args.out:
-            with open(args.out, "w") as f:
-                f.write(f"# bench_matmul\n\n{header}\n\n{table}\n")
+        report(saved["header"], saved["rows"], llama, llama_src, args.out)
         return 0
 
     props = torch.cuda.get_device_properties(0)
@@ -298,13 +292,18 @@ def main(argv=None) -> int:
     if args.save_rows:
         with open(args.save_rows, "w") as f:
             json.dump({"header": header, "rows": rows}, f)
+    report(header, rows, llama, llama_src, args.out)
+    return 0
+
+
+def report(header: str, rows: list, llama, llama_src: str, out: str | None) -> None:
+    """Print the table (ours beside llama.cpp's) and write it to `out` if given."""
     table = fmt_table(rows, llama, llama_src)
     print(header)
     print(table)
-    if args.out:
-        with open(args.out, "w") as f:
+    if out:
+        with open(out, "w") as f:
             f.write(f"# bench_matmul\n\n{header}\n\n{table}\n")
-    return 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from gguf import GGMLQuantizationType, GGUFWriter
 

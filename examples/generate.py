@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import gguf_quant
+import gguf_quant  # noqa: F401  (registers the plugin)
 from gguf_quant import samples
 from gguf_quant.gguf_io.reader import read_gguf
 

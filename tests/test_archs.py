@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM
 from transformers.integrations.gguf import gguf_config_mapping
 from transformers.quantizers import auto
 
-import gguf_quant
+import gguf_quant  # noqa: F401  (registers the plugin)
 from gguf_quant.archs.configs import CONFIG_BUILDERS
 
 from llamacpp_ref import LlamaCppModel, rel_l2

@@ -11,16 +11,12 @@ import torch
 
 pytestmark = pytest.mark.gpu
 
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA device", allow_module_level=True)
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402
+from gguf_quant import kernel_loader
+from kernel_build import kernel_module_or_skip
 
-from gguf_quant import kernel_loader  # noqa: E402
-
-KMOD = kernel_loader.kernel_module()
-if KMOD is None:
-    pytest.skip("no GGUF kernel build found (build one and set GGUF_QUANT_KERNELS)", allow_module_level=True)
+KMOD = kernel_module_or_skip()
 
 TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4"]
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -195,7 +191,7 @@ def test_moe_matmul(name, dtype, x3d, T, rng):
 
 def test_moe_matmul_skewed_routing(rng):
     """Every token on the same experts: chunks of 8 pairs, many per expert."""
-    E, N, K, T, top_k = 16, 96, 512, 70, 2
+    E, N, K, T = 16, 96, 512, 70
     packed = random_packed("Q4_K", (E, N), K, rng)
     ids = torch.tensor([[3, 11]] * T, device=DEV)
     x = torch.randn(T, K, device=DEV, dtype=torch.bfloat16)

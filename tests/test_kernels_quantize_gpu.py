@@ -17,18 +17,14 @@ import torch
 
 pytestmark = pytest.mark.gpu
 
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA device", allow_module_level=True)
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402
+import ggml_ref
+from gguf_quant import kernel_loader
+from gguf_quant.ggml import quant
+from kernel_build import kernel_module_or_skip
 
-import ggml_ref  # noqa: E402
-from gguf_quant import kernel_loader  # noqa: E402
-from gguf_quant.ggml import quant  # noqa: E402
-
-KMOD = kernel_loader.kernel_module()
-if KMOD is None:
-    pytest.skip("no GGUF kernel build found (build one and set GGUF_QUANT_KERNELS)", allow_module_level=True)
+KMOD = kernel_module_or_skip()
 if not hasattr(KMOD, "quantize"):
     pytest.skip("the loaded kernel build has no quantize op (rebuild)", allow_module_level=True)
 

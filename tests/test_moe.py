@@ -2,7 +2,6 @@
 transformers' own MoE modules on the same (dequantized) weights and with llama.cpp."""
 import copy
 
-import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM

@@ -1,5 +1,4 @@
 """The packed ops on the pure-torch path: against plain dense math on gguf-py's dequantization."""
-import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-import gguf_quant
+import gguf_quant  # noqa: F401  (registers the plugin)
 from gguf_quant.gguf_io.reader import read_gguf
 from gguf_quant.modules import GgufEmbedding, GgufLinear
 
