@@ -107,3 +107,18 @@ def test_llama3_rope_factors_follow_llamacpp(tmp_path):
     out = save_gguf(model, tmp_path / "out.gguf")
     src, written = read_gguf(path), read_gguf(out)
     assert torch.equal(written.raw("rope_freqs.weight"), src.raw("rope_freqs.weight"))
+
+
+def test_model_to_dtype_casts_activations_not_blocks(tmp_path):
+    path = write_tiny(tmp_path / "t.gguf", "llama", "Q4_0")
+    model = _load(path)
+    blocks = model.model.layers[0].self_attn.q_proj.weight
+    model = model.to(torch.bfloat16)
+    assert model.model.layers[0].self_attn.q_proj.weight.dtype == torch.uint8
+    assert torch.equal(model.model.layers[0].self_attn.q_proj.weight, blocks)
+    with torch.no_grad():
+        logits = model(torch.tensor([IDS])).logits
+    assert logits.dtype == torch.bfloat16
+    # (not bit-equal to a bf16 load: `.to` also rounds the rotary inv_freq buffer to bf16)
+    direct = _logits(_load(path, torch.bfloat16))
+    assert rel_l2(logits[0].float().numpy(), direct) < 0.02

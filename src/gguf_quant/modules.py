@@ -70,6 +70,12 @@ class GgufEmbedding(nn.Module):
         self.embed_scale = embed_scale
         self.weight = packed_parameter((num_embeddings,), embedding_dim, qtype, device)
 
+    def _apply(self, fn, recurse=True):
+        # `model.to(torch.bfloat16)` casts float parameters and leaves the blocks alone; the rows
+        # this table hands out follow the same cast (probed on an empty tensor).
+        self.dtype = fn(torch.empty(0, dtype=self.dtype)).dtype
+        return super()._apply(fn, recurse)
+
     def forward(self, input_ids: Tensor) -> Tensor:
         out = ops.get_rows(self.weight, input_ids, self.qtype, self.dtype)
         if self.embed_scale is not None:
