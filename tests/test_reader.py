@@ -163,3 +163,32 @@ def test_a_type_we_cannot_compute_with_fails_at_load(tmp_path):
     _patch_tensor_entry(path, "blk.0.attn_q.weight", "type", int(T.Q8_1))
     with pytest.raises(GgufError, match=r"t\.gguf.*blk\.0\.attn_q\.weight.*Q8_1, which gguf_quant cannot compute with"):
         AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+def test_missing_shards_of_a_hub_snapshot_are_fetched(tmp_path, monkeypatch):
+    """transformers downloads only the shard `gguf_file=` names; the siblings come from the same
+    repo and revision, into the same cache (huggingface_hub's download stubbed: no network here)."""
+    import huggingface_hub
+
+    from gguf_quant.gguf_io.hub import fetch_missing_shards
+
+    made = tmp_path / "made"
+    made.mkdir()
+    _write(made / "tiny.gguf", split_max_tensors=2)
+    snapshot = tmp_path / "hub" / "models--org--tiny-GGUF" / "snapshots" / "abc123"
+    (snapshot / "Q8_0").mkdir(parents=True)
+    first = snapshot / "Q8_0" / "tiny-00001-of-00002.gguf"
+    first.write_bytes((made / "tiny-00001-of-00002.gguf").read_bytes())
+    calls = []
+
+    def fake_download(repo_id, filename, revision=None, repo_type=None, cache_dir=None):
+        calls.append((repo_id, filename, revision, repo_type, str(cache_dir)))
+        (snapshot / filename).write_bytes((made / filename.split("/")[-1]).read_bytes())
+        return str(snapshot / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    fetch_missing_shards(first)
+    assert calls == [("org/tiny-GGUF", "Q8_0/tiny-00002-of-00002.gguf", "abc123", None, str(tmp_path / "hub"))]
+    assert set(read_gguf(first).tensors) == set(_tensors())
+    fetch_missing_shards(first)  # complete now: nothing more to fetch
+    assert len(calls) == 1

@@ -17,6 +17,7 @@ from .archs.conversions import NormPlusOne, Quantize, Unpack
 from .config import GgufQuantizeConfig
 from .ggml.dequant import DEQUANTIZABLE_TYPES
 from .ggml.types import ggml_type
+from .gguf_io.hub import fetch_missing_shards
 from .gguf_io.reader import GgufError, GgufFile, read_gguf
 from .mixes import model_types
 from .packing import PackingReport, swap_modules
@@ -50,6 +51,7 @@ class GGUFQuantizer(HfQuantizer):
     # --- reading the file ---------------------------------------------------------------------
 
     def read_header(self, gguf_file: str) -> None:
+        fetch_missing_shards(gguf_file)
         self.gguf = read_gguf(gguf_file)
         self.pre_quantized = True
         if self.quantization_config.quant_type:
