@@ -99,6 +99,32 @@ def _(x, packed, qtype):
     return x.new_empty((x.shape[0], packed.shape[0]))
 
 
+def _input_grad(grad: Tensor, packed: Tensor, qtype: int) -> Tensor:
+    """grad @ W, the gradient of x @ W.T with respect to x, W unpacked a chunk of rows at a
+    time (through the `dequantize` op, so on the kernel where there is one). The blocks
+    themselves are frozen: they get no gradient."""
+    n = packed.shape[0]
+    step = max(1, _CHUNK_ELEMENTS // max(_cols(packed, qtype), 1))
+    out = grad.new_zeros((grad.shape[0], _cols(packed, qtype)))
+    for start in range(0, n, step):
+        out.addmm_(grad[:, start : start + step], dequantize(packed[start : start + step], qtype, grad.dtype))
+    return out
+
+
+def _save_weights(ctx, inputs, output):
+    # matmul(x, packed, qtype) or moe_matmul(x, packed, ids, qtype)
+    ctx.save_for_backward(*inputs[1:-1])
+    ctx.qtype, ctx.x_dim = inputs[-1], inputs[0].dim()
+
+
+def _matmul_backward(ctx, grad):
+    (packed,) = ctx.saved_tensors
+    return _input_grad(grad, packed, ctx.qtype), None, None
+
+
+matmul.register_autograd(_matmul_backward, setup_context=_save_weights)
+
+
 # --- moe_matmul -------------------------------------------------------------------------------
 
 @torch.library.custom_op("gguf_quant::moe_matmul", mutates_args=())
@@ -128,3 +154,24 @@ def moe_matmul(x: Tensor, packed: Tensor, ids: Tensor, qtype: int) -> Tensor:
 @moe_matmul.register_fake
 def _(x, packed, ids, qtype):
     return x.new_empty((ids.shape[0], ids.shape[1], packed.shape[1]))
+
+
+def _moe_matmul_backward(ctx, grad):
+    packed, ids = ctx.saved_tensors
+    t, top_k, _ = grad.shape
+    flat_ids = ids.reshape(-1)
+    grad = grad.reshape(t * top_k, -1)
+    rows = grad.new_zeros((t * top_k, _cols(packed, ctx.qtype)))
+    order = torch.argsort(flat_ids, stable=True)
+    hit, counts = torch.unique_consecutive(flat_ids[order], return_counts=True)
+    start = 0
+    for expert, count in zip(hit.tolist(), counts.tolist()):
+        sel = order[start : start + count]
+        rows[sel] = _input_grad(grad[sel], packed[expert], ctx.qtype)
+        start += count
+    rows = rows.reshape(t, top_k, -1)
+    # A token's hidden state fed every slot (gate/up): its gradient is the sum over them.
+    return (rows.sum(dim=1) if ctx.x_dim == 2 else rows), None, None, None
+
+
+moe_matmul.register_autograd(_moe_matmul_backward, setup_context=_save_weights)
