@@ -16,11 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import gguf_quant  # noqa: F401  (registers the plugin)
 from gguf_quant import samples
 from gguf_quant.gguf_io.reader import read_gguf
-
-
-def weight_bytes(model) -> int:
-    tensors = {t.data_ptr(): t for t in [*model.parameters(), *model.buffers()]}
-    return sum(t.numel() * t.element_size() for t in tensors.values())
+from gguf_quant.packing import resident_bytes
 
 
 def main() -> None:
@@ -59,7 +55,7 @@ def main() -> None:
     gguf = read_gguf(path)
     dense = sum(t.shape.numel() if hasattr(t.shape, "numel") else int(torch.Size(t.shape).numel()) for t in gguf.tensors.values())
     dense_bytes = dense * torch.finfo(dtype).bits // 8
-    resident = weight_bytes(model)
+    resident = resident_bytes(model)
     print(f"model:      {path.name} ({gguf.architecture}, {path.stat().st_size / 1e6:.1f} MB file)")
     print(f"prompt:     {args.prompt}")
     print(f"output:     {text.strip()}")

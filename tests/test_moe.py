@@ -4,14 +4,14 @@ import copy
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 from gguf_quant import GgufQuantizeConfig
 from gguf_quant.gguf_io.reader import read_gguf
 from gguf_quant.modules import GgufExperts
+from gguf_quant.packing import resident_bytes
 
 from llamacpp_ref import LlamaCppModel, rel_l2
-from test_archs import IDS, transformers_own_loader
+from test_archs import IDS, _load, _logits, transformers_own_loader
 from tiny_gguf import Shape, quantize_with_llamacpp, write_tiny
 
 CASES = [
@@ -37,20 +37,6 @@ NO_OWN_LOADER = {
 }
 
 
-def _load(path, dtype=torch.float32, **kwargs):
-    return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype, **kwargs)
-
-
-def _logits(model, ids=IDS):
-    with torch.no_grad():
-        return model(torch.tensor([ids])).logits[0].float().numpy()
-
-
-def _resident_bytes(model) -> int:
-    tensors = {t.data_ptr(): t for t in [*model.parameters(), *model.buffers()]}
-    return sum(t.numel() * t.element_size() for t in tensors.values())
-
-
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: f"{c[0]}-{c[1]}-ff{c[2].ff_exp if c[0] != 'llama' else c[2].ff}")
 def tiny_moe(request, tmp_path_factory):
     arch, qtype, shape = request.param
@@ -68,7 +54,7 @@ def test_experts_stay_packed(tiny_moe):
     experts = [m for m in model.modules() if isinstance(m, GgufExperts)]
     assert len(experts) == shape.layers
     assert model.gguf_report.unpacked == {}
-    assert _resident_bytes(model) <= 1.05 * read_gguf(path).tensor_bytes
+    assert resident_bytes(model) <= 1.05 * read_gguf(path).tensor_bytes
 
 
 def _unpacked(path, ours):

@@ -7,6 +7,7 @@ from transformers import AutoModelForCausalLM
 import gguf_quant  # noqa: F401  (registers the plugin)
 from gguf_quant.gguf_io.reader import read_gguf
 from gguf_quant.modules import GgufEmbedding, GgufLinear
+from gguf_quant.packing import resident_bytes
 
 from llamacpp_ref import PROMPTS, LlamaCppModel, rel_l2
 
@@ -33,11 +34,6 @@ def reference(checkpoint):
     return ids, [ref.logits(i) for i in ids]
 
 
-def _resident_bytes(model) -> int:
-    tensors = {t.data_ptr(): t for t in [*model.parameters(), *model.buffers()]}
-    return sum(t.numel() * t.element_size() for t in tensors.values())
-
-
 def test_every_quantized_tensor_stays_packed(checkpoint):
     path, model = checkpoint
     gguf = read_gguf(path)
@@ -46,7 +42,7 @@ def test_every_quantized_tensor_stays_packed(checkpoint):
     assert len(quantized) <= len(model.gguf_report.packed)
     for module in model.modules():
         assert not isinstance(module, (torch.nn.Linear, torch.nn.Embedding)), type(module)
-    assert _resident_bytes(model) <= 1.05 * gguf.tensor_bytes
+    assert resident_bytes(model) <= 1.05 * gguf.tensor_bytes
 
 
 def test_tied_head_shares_the_embedding_blocks(checkpoint):

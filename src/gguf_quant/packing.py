@@ -11,7 +11,7 @@ from torch import nn
 from .ggml.types import ggml_type
 from .modules import GgufEmbedding, GgufExperts, GgufLinear
 
-__all__ = ["PackingReport", "swap_modules"]
+__all__ = ["PackingReport", "resident_bytes", "swap_modules"]
 
 logger = logging.getLogger("gguf_quant")
 
@@ -31,6 +31,12 @@ class PackingReport:
             lines.append(f"gguf_quant: {len(self.unpacked)} weights unpacked to float at load:")
             lines += [f"  {name}: {why}" for name, why in sorted(self.unpacked.items())]
         return "\n".join(lines)
+
+
+def resident_bytes(model: nn.Module) -> int:
+    """Bytes the model's parameters and buffers hold, shared storage (a tied head) counted once."""
+    tensors = {t.data_ptr(): t for t in [*model.parameters(), *model.buffers()]}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 def _packed_module(module: nn.Module, types: dict[str, int], dtype: torch.dtype) -> nn.Module | None:
