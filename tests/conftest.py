@@ -21,6 +21,22 @@ def gemma3_path():
     return _path_or_skip(samples.gemma3_path)
 
 
+@pytest.fixture(scope="session")
+def llama_source(tmp_path_factory):
+    """A tiny llama GGUF with SmolLM2's vocabulary (tests/data/vocab.gguf)."""
+    from tiny_gguf import write_tiny
+
+    return write_tiny(tmp_path_factory.mktemp("llama") / "tied-llama.gguf", "llama", "Q8_0")
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(llama_source):
+    """That vocabulary as a transformers tokenizer, for exports of models built in transformers."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(llama_source.parent), gguf_file=llama_source.name)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

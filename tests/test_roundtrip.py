@@ -59,8 +59,9 @@ def test_gguf_save_reload_is_byte_identical(smollm2_path, tmp_path):
     assert torch.equal(_logits(model), _logits(reloaded))
 
 
-def test_moe_gguf_save_reload_is_byte_identical(tmp_path):
-    path = write_tiny(tmp_path / "moe.gguf", "qwen3moe", "Q4_0", Shape(experts=4, ff_exp=64), tied=False)
+@pytest.mark.parametrize("arch, qtype", [("qwen3moe", "Q4_0"), ("gpt-oss", "MXFP4_MOE")])
+def test_moe_gguf_save_reload_is_byte_identical(arch, qtype, tmp_path):
+    path = write_tiny(tmp_path / "moe.gguf", arch, qtype, Shape(experts=4, ff_exp=64, window=4), tied=False)
     model = _gguf(path, dtype=torch.float32)
     model.save_pretrained(tmp_path / "saved")
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.float32)

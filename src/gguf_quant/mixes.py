@@ -143,6 +143,16 @@ def choose_types(mix: str, tensors: dict[str, tuple[int, ...]], facts: ModelFact
     return out
 
 
+def _gguf_shape(param, hf_name: str, arch: str) -> tuple[int, ...]:
+    """A parameter's shape as llama.cpp stores its (first) tensor, which the rules read: gpt-oss's
+    experts are transposed in transformers."""
+    from .archs import gpt_oss_part
+    from .archs.conversions import gpt_oss_llamacpp_parts
+
+    part = gpt_oss_part(hf_name, arch)
+    return tuple((gpt_oss_llamacpp_parts(param, part)[0] if part else param).shape)
+
+
 def model_types(model, mix: str, arch: str) -> dict[str, str]:
     """`{model parameter: ggml type name}` for quantizing `model` (on the meta device) as
     llama-quantize would quantize the same model written as a GGUF of `arch`."""
@@ -159,5 +169,5 @@ def model_types(model, mix: str, arch: str) -> dict[str, str]:
         if tied and names[0] == "output.weight":
             continue  # shares the embedding's blocks
         by_gguf[names[0]] = hf  # a fused gate_up takes the rules of its first part, the gate
-    chosen = choose_types(mix, {g: tuple(params[hf].shape) for g, hf in by_gguf.items()}, facts)
+    chosen = choose_types(mix, {g: _gguf_shape(params[hf], hf, arch) for g, hf in by_gguf.items()}, facts)
     return {by_gguf[g]: t for g, t in chosen.items() if ggml_type(t).quantized}

@@ -136,7 +136,8 @@ class GGUFQuantizer(HfQuantizer):
         elif cfg.quant_type:
             from .archs.export import gguf_arch
 
-            types = model_types(model, cfg.quant_type, gguf_arch(model.config))
+            arch = gguf_arch(model.config)
+            types = model_types(model, cfg.quant_type, arch)
             for name in types:  # per-module overrides: a module name or a suffix of one
                 module = name.rpartition(".")[0]
                 for pattern, t in cfg.module_types.items():
@@ -148,14 +149,20 @@ class GGUFQuantizer(HfQuantizer):
         ids = {name: {name: ggml_type(t).id} for name, t in types.items() if ggml_type(t).quantized}
         unpack, self.report = swap_modules(model, ids, self.dtype, {}, cfg.skips)
         self.report.source = source
-        if self.pre_quantized and unpack:
-            raise ValueError(f"gguf_quant: saved packed weights with no packed module to hold them: {sorted(unpack)}")
-        self.to_quantize = {} if self.pre_quantized else {n: types[n] for n in self.report.packed if n in types}
+        if self.pre_quantized:
+            if unpack:
+                raise ValueError(f"gguf_quant: saved packed weights with no packed module to hold them: {sorted(unpack)}")
+            return
+        self.to_quantize = {n: types[n] for n in self.report.packed if n in types}
+        # gpt-oss's experts arrive in transformers' layout; GgufExperts quantizes llama.cpp's
+        self.transforms = archs.experts_to_llamacpp(model, self.to_quantize, arch)
 
     def update_weight_conversions(self, weight_conversions, model):
-        # The model's own conversions describe safetensors checkpoints and match nothing here.
-        if self.gguf is None or self.legacy:
+        if self.legacy:
             return weight_conversions
+        if self.gguf is None:  # a safetensors checkpoint: its own conversions, then ours
+            return weight_conversions + self.transforms
+        # The model's own conversions describe safetensors checkpoints and match nothing here.
         return self.transforms
 
     def get_new_dtype(self, converter, param, dtype):
@@ -180,6 +187,9 @@ class GGUFQuantizer(HfQuantizer):
             model._weight_conversions = None
             # The source file's metadata (tokenizer included), for `save_gguf` to write back.
             model.gguf_metadata = self.gguf.metadata
+        elif self.transforms:
+            # Nor the layout changes made before quantizing: the saved blocks stay in llama.cpp's layout.
+            model._weight_conversions = [c for c in model._weight_conversions or [] if c not in self.transforms]
         if not self.legacy:
             logger.info(f"{self.report}\ngguf_quant: loaded in {time.perf_counter() - self._started:.1f} s")
             if self.report.unpacked:

@@ -8,6 +8,7 @@ operations (`conversions.py`), so quantized weights keep their blocks.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
@@ -15,7 +16,10 @@ from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
 from ..gguf_io.reader import GgufFile
 from .conversions import GptOssExpertsLayout, NormPlusOne, Reshape, RopeUnpermuteRows
 
-__all__ = ["ArchRules", "ARCH_RULES", "TensorPlan", "gguf_names", "plan_tensors", "is_supported", "weight_transforms"]
+__all__ = [
+    "ArchRules", "ARCH_RULES", "TensorPlan", "gguf_names", "gpt_oss_part", "plan_tensors", "is_supported",
+    "weight_transforms", "experts_to_llamacpp",
+]
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,15 @@ _EXPERT_PARTS = {"gate_up_proj": ("ffn_gate_exps", "ffn_up_exps"), "down_proj": 
 _GPT_OSS_PARTS = {"gate_up_proj": "gate_up", "gate_up_proj_bias": "gate_up_bias", "down_proj": "down"}
 
 
+def gpt_oss_part(hf_name: str, arch: str) -> str | None:
+    """The `GptOssExpertsLayout` part a parameter of transformers' gpt-oss experts is, or None for
+    any other parameter (or architecture)."""
+    module_name, _, param = hf_name.rpartition(".")
+    if ARCH_RULES.get(arch, ArchRules()).experts_interleaved and module_name.endswith(".experts"):
+        return _GPT_OSS_PARTS.get(param)
+    return None
+
+
 def gguf_names(model, arch: str) -> dict[str, list[str]]:
     """model parameter -> the GGUF tensor name(s) llama.cpp's converter writes it as (two for a
     fused expert `gate_up_proj`: gate, then up). Parameters llama.cpp has no name for are left out."""
@@ -150,9 +163,8 @@ def plan_tensors(model, gguf: GgufFile) -> TensorPlan:
             continue
         if all(gguf.tensors[n].type.quantized for n in names):
             quantized.add(hf_name)
-        module_name, _, param = hf_name.rpartition(".")
-        if rules.experts_interleaved and module_name.endswith(".experts") and param in _GPT_OSS_PARTS:
-            experts_layout[hf_name] = _GPT_OSS_PARTS[param]
+        if (part := gpt_oss_part(hf_name, arch)) is not None:
+            experts_layout[hf_name] = part
         if len(names) == 1:
             hf_names[names[0]] = hf_name
             continue
@@ -245,6 +257,25 @@ def weight_transforms(plan: TensorPlan, unpack: dict[str, dict[str, int]], dtype
     for patterns, hf_name in generic.items():
         target = re.sub(r"\.(\d+)\.", r".\\1.", hf_name, count=1)
         transforms.append(WeightConverter(list(patterns), target, ops_for(hf_name)))
+    return transforms
+
+
+def experts_to_llamacpp(model, packed: Iterable[str], arch: str) -> list:
+    """transformers `WeightConverter`s putting a float gpt-oss checkpoint's experts in llama.cpp's
+    layout as they load, for each experts module among the `packed` parameters (quantized on load
+    into a `GgufExperts`, which holds its blocks and its gate/up bias in llama.cpp's order)."""
+    from transformers.core_model_loading import WeightConverter
+
+    from .conversions import GptOssExpertsLayout
+
+    modules = sorted({name.rpartition(".")[0] for name in packed if gpt_oss_part(name, arch) is not None})
+    transforms = []
+    for module_name in modules:
+        module = model.get_submodule(module_name)
+        for param, part in _GPT_OSS_PARTS.items():
+            if getattr(module, param, None) is not None:
+                name = f"{module_name}.{param}"
+                transforms.append(WeightConverter([_exact(name)], name, [GptOssExpertsLayout(part, to_llamacpp=True)]))
     return transforms
 
 

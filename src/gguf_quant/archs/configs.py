@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-__all__ = ["CONFIG_BUILDERS"]
+__all__ = ["CONFIG_BUILDERS", "yarn_mscale"]
 
 
 def _base(meta: dict, names: tuple[str, ...], arch: str, model_type: str, cls: str) -> dict:
@@ -156,6 +156,11 @@ def _swa_layers(meta: dict, arch: str, layers: int, period: int) -> list[str]:
     return ["sliding_attention" if s else "full_attention" for s in swa]
 
 
+def yarn_mscale(factor: float) -> float:
+    """YaRN's attention scale for a context `factor` times the original: `0.1 ln(factor) + 1`."""
+    return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+
 def _gpt_oss_rope(meta: dict, config: dict) -> dict:
     """llama.cpp runs gpt-oss's YaRN with its own constants, not those the converter writes:
     beta_fast 32 / beta_slow 1 (the `yarn_beta_*` keys are not read for this architecture), the
@@ -166,8 +171,7 @@ def _gpt_oss_rope(meta: dict, config: dict) -> dict:
         return rope
     rope |= {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
     if (attn := meta.get("gpt-oss.rope.scaling.attn_factor")) is not None:
-        factor = rope["factor"]
-        rope["attention_factor"] = (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0) * attn
+        rope["attention_factor"] = yarn_mscale(rope["factor"]) * attn
     return rope
 
 

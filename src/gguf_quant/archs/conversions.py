@@ -12,7 +12,10 @@ from transformers.core_model_loading import ConversionOps
 
 from ..ggml import dequantize
 
-__all__ = ["RopeUnpermuteRows", "NormPlusOne", "Reshape", "ConcatRows", "GptOssExpertsLayout", "Unpack", "Quantize"]
+__all__ = [
+    "RopeUnpermuteRows", "NormPlusOne", "Reshape", "ConcatRows", "GptOssExpertsLayout", "gpt_oss_llamacpp_parts",
+    "Unpack", "Quantize",
+]
 
 
 def _single(input_dict: dict) -> torch.Tensor:
@@ -77,22 +80,34 @@ class ConcatRows(ConversionOps):
         return {full_layer_name: torch.cat(parts, dim=1)}
 
 
+def gpt_oss_llamacpp_parts(t: torch.Tensor, part: str) -> list[torch.Tensor]:
+    """A tensor of transformers' `GptOssExperts` as llama.cpp's tensors (strided views, no copy):
+    `gate_up` `[E, H, 2I]` -> gate, up `[E, I, H]`; `gate_up_bias` `[E, 2I]` -> gate, up `[E, I]`;
+    `down` `[E, I, H]` -> `[E, H, I]`. Gate and up sit at the even and odd positions of 2I."""
+    if part == "down":
+        return [t.transpose(-1, -2)]
+    halves = [t[..., 0::2], t[..., 1::2]]
+    return [h.transpose(-1, -2) for h in halves] if part == "gate_up" else halves
+
+
 class GptOssExpertsLayout(ConversionOps):
-    """Float gpt-oss experts from llama.cpp's layout to transformers' `GptOssExperts` one.
+    """Float gpt-oss experts between llama.cpp's layout and transformers' `GptOssExperts` one.
 
     After `ConcatRows`, llama.cpp's tensors are `gate_up` `[E, 2I, H]` (gate rows, then up rows),
     `down` `[E, H, I]` and the gate/up bias `[E, 2I]`. `GptOssExperts` multiplies from the left
     (`x @ W`), so it stores `gate_up_proj` `[E, H, 2I]` and `down_proj` `[E, I, H]`, with gate and
     up interleaved along 2I (gate at even, up at odd positions), the bias likewise; the down bias
-    `[E, H]` is the same in both. Only for a module left unpacked: `GgufExperts` keeps llama.cpp's
-    layout."""
+    `[E, H]` is the same in both. Loading a GGUF, only for a module left unpacked (`GgufExperts`
+    keeps llama.cpp's layout); `to_llamacpp=True` goes the other way, for a float gpt-oss
+    checkpoint whose experts are quantized into a `GgufExperts` as they load."""
 
     supports_packed = False
 
-    def __init__(self, part: str):
+    def __init__(self, part: str, to_llamacpp: bool = False):
         if part not in ("gate_up", "gate_up_bias", "down"):
             raise ValueError(f"GptOssExpertsLayout: unknown part {part!r}")
         self.part = part
+        self.to_llamacpp = to_llamacpp
 
     @staticmethod
     def _interleave(t: torch.Tensor) -> torch.Tensor:
@@ -101,6 +116,9 @@ class GptOssExpertsLayout(ConversionOps):
 
     def convert(self, input_dict, source_patterns=None, target_patterns=None, full_layer_name=None, **kwargs):
         t = _single(input_dict)
+        if self.to_llamacpp:
+            # the parts stacked along llama.cpp's row axis, as `ConcatRows` stacks them
+            return {full_layer_name: torch.cat(gpt_oss_llamacpp_parts(t, self.part), dim=1).contiguous()}
         if self.part in ("gate_up", "down"):
             t = t.transpose(-1, -2)
         if self.part.startswith("gate_up"):

@@ -24,7 +24,9 @@ from gguf.gguf_writer import GGUFValue
 
 from ..ggml.types import ggml_type
 from ..modules import GgufEmbedding, GgufExperts, GgufLinear
-from . import ARCH_RULES, ArchRules, gguf_names
+from . import ARCH_RULES, ArchRules, gguf_names, gpt_oss_part
+from .configs import yarn_mscale
+from .conversions import gpt_oss_llamacpp_parts
 
 __all__ = [
     "ExportError",
@@ -58,6 +60,7 @@ EXPORT_ARCHS: dict[str, str] = {
     "mixtral": "llama",  # llama.cpp writes Mixtral as llama with experts
     "mistral": "llama",  # and Mistral as llama
     "starcoder2": "starcoder2",
+    "gpt_oss": "gpt-oss",
 }
 
 _F32 = GGMLQuantizationType.F32
@@ -169,6 +172,9 @@ def _q_or_k(gguf_name: str) -> str | None:
 # Tensors llama.cpp declares flatter than transformers' parameter: Qwen2-MoE's shared-expert
 # gate is a `[1, hidden]` Linear in transformers, a `{n_embd}` vector in llama.cpp.
 _VECTORS = re.compile(r"\.ffn_gate_inp_shexp\.weight$")
+# Float tensors llama.cpp's converter always writes as F32, whatever their rank: biases (ggml adds
+# gpt-oss's `[E, rows]` expert biases with an F32-only op) and MoE routers.
+_F32_ONLY = re.compile(r"(\.bias|\.ffn_gate_inp\.weight)$")
 
 
 def _packing(module: torch.nn.Module, param: str) -> tuple[int, int] | None:
@@ -215,17 +221,24 @@ def export_tensors(model: torch.nn.Module, arch: str) -> list[ExportTensor]:
         if hf_name not in names:
             unnamed.append(hf_name)
             continue
-        out += _tensors_of(names[hf_name], t, _packing(module, param), rules, heads)
+        # transformers' own gpt-oss experts (float) are transposed and interleaved; GgufExperts are not
+        part = None if isinstance(module, GgufExperts) else gpt_oss_part(hf_name, arch)
+        out += _tensors_of(names[hf_name], t, _packing(module, param), rules, heads, part)
     if unnamed:
         raise ExportError(f"save_gguf: no GGUF tensor name for {', '.join(unnamed)} (architecture {arch})")
     out += _extra_tensors(text, arch)
     return out
 
 
-def _tensors_of(gguf_names_: list[str], t: torch.Tensor, packing, rules: ArchRules, heads: dict) -> list[ExportTensor]:
+def _tensors_of(
+    gguf_names_: list[str], t: torch.Tensor, packing, rules: ArchRules, heads: dict, gpt_oss: str | None = None
+) -> list[ExportTensor]:
     """The GGUF tensor(s) of one parameter: a fused expert `gate_up_proj` `[E, 2I, ...]` is two,
-    llama.cpp's gate (the first I rows of each expert) and up (the next I)."""
-    if len(gguf_names_) > 1:
+    llama.cpp's gate (the first I rows of each expert) and up (the next I); `gpt_oss` names the
+    part of a `GptOssExperts` parameter, whose tensors are views in llama.cpp's layout instead."""
+    if gpt_oss is not None:
+        parts = gpt_oss_llamacpp_parts(t, gpt_oss)
+    elif len(gguf_names_) > 1:
         rows = t.shape[1] // len(gguf_names_)
         parts = [t[:, i * rows : (i + 1) * rows] for i in range(len(gguf_names_))]
     else:
@@ -245,7 +258,7 @@ def _one_tensor(gguf_name: str, t: torch.Tensor, packing, rules: ArchRules, head
         return _float_tensor(gguf_name, t, lambda x: x.to(torch.float32) + 1.0, force_f32=True)
     if _VECTORS.search(gguf_name):
         return _float_tensor(gguf_name, t.reshape(-1), force_f32=True)
-    return _float_tensor(gguf_name, t, permute)
+    return _float_tensor(gguf_name, t, permute, force_f32=bool(_F32_ONLY.search(gguf_name)))
 
 
 def _extra_tensors(text, arch: str) -> list[ExportTensor]:
@@ -333,15 +346,16 @@ def _rope_scaling(text, arch: str) -> dict[str, GGUFValue]:
     raise ExportError(f"save_gguf: rope type {kind!r} of this {arch} model has no GGUF equivalent written here")
 
 
-def _swa_pattern(text, period: int) -> list[bool] | None:
-    """Per-layer sliding flags, or None when they follow llama.cpp's default pattern (every
-    `period`-th layer global, the others sliding)."""
+def _swa_pattern(text, arch: str, period: int) -> dict[str, GGUFValue]:
+    """The per-layer sliding flags as llama.cpp's pattern key, or nothing when they follow its
+    default pattern (every `period`-th layer global, the others sliding)."""
     types = getattr(text, "layer_types", None)
     if not types:
-        return None
+        return {}
     flags = [t == "sliding_attention" for t in types]
-    default = [(i + 1) % period != 0 for i in range(len(types))]
-    return None if flags == default else flags
+    if flags == [(i + 1) % period != 0 for i in range(len(types))]:
+        return {}
+    return {Keys.Attention.SLIDING_WINDOW_PATTERN.format(arch=arch): GGUFValue(flags, GGUFValueType.ARRAY, GGUFValueType.BOOL)}
 
 
 def _base_metadata(text, arch: str) -> dict[str, GGUFValue]:
@@ -377,8 +391,7 @@ def _gemma_metadata(text, arch: str, period: int, layers_27b: int) -> dict[str, 
     types = getattr(text, "layer_types", None) or []
     if getattr(text, "sliding_window", None) and (arch == "gemma2" or "sliding_attention" in types):
         meta[k(Keys.Attention.SLIDING_WINDOW)] = _u32(text.sliding_window)
-    if (pattern := _swa_pattern(text, period)) is not None:
-        meta[k(Keys.Attention.SLIDING_WINDOW_PATTERN)] = GGUFValue(pattern, GGUFValueType.ARRAY, GGUFValueType.BOOL)
+    meta.update(_swa_pattern(text, arch, period))
     rp = getattr(text, "rope_parameters", None) or {}
     if isinstance(rp.get("sliding_attention"), dict) and rp["sliding_attention"].get("rope_theta") is not None:
         meta[k(Keys.Rope.FREQ_BASE_SWA)] = _f32(rp["sliding_attention"]["rope_theta"])
@@ -422,6 +435,33 @@ def _moe_metadata(text, arch: str, norm_topk: bool, shared: bool = False) -> dic
     return meta
 
 
+def _gpt_oss_metadata(text, arch: str) -> dict[str, GGUFValue]:
+    """Experts, sliding window and YaRN attention factor as llama.cpp runs gpt-oss (the inverse
+    of archs/configs.py `_gpt_oss`)."""
+    k = lambda key: key.format(arch=arch)  # noqa: E731
+    if not getattr(text, "attention_bias", False):
+        raise ExportError("save_gguf: llama.cpp's gpt-oss needs the attention output bias (attention_bias=True)")
+    # transformers softmaxes the chosen experts' logits, as llama.cpp's gpt-oss gating does
+    meta = _moe_metadata(text, arch, norm_topk=True)
+    meta[k(Keys.Attention.SLIDING_WINDOW)] = _u32(text.sliding_window or 0)
+    meta.update(_swa_pattern(text, arch, period=2))
+    rp = _rope_parameters(text)
+    if rp["rope_type"] != "yarn":
+        return meta
+    # llama.cpp also rounds YaRN's correction range outwards (transformers' `truncate=True`, which
+    # gpt-oss's own config leaves off): a small difference in a few middle frequencies.
+    betas = (rp.get("beta_fast", 32.0), rp.get("beta_slow", 1.0))  # transformers' defaults are llama.cpp's
+    if betas != (32.0, 1.0):
+        logger.warning(
+            f"save_gguf: YaRN beta_fast={betas[0]}, beta_slow={betas[1]}, but llama.cpp runs gpt-oss with 32 and 1 "
+            "whatever the file says; llama.cpp will rotate differently"
+        )
+    if rp.get("attention_factor") is not None:
+        # llama.cpp scales cos/sin by its own YaRN factor times this key
+        meta[k(Keys.Rope.SCALING_ATTN_FACTOR)] = _f32(rp["attention_factor"] / yarn_mscale(rp["factor"]))
+    return meta
+
+
 def arch_metadata(config, arch: str | None = None) -> dict[str, GGUFValue]:
     """The `{arch}.*` keys for a transformers config: what archs/configs.py reads, written back."""
     text = _text_config(config)
@@ -441,6 +481,8 @@ def arch_metadata(config, arch: str | None = None) -> dict[str, GGUFValue]:
         meta.update(_moe_metadata(text, arch, norm_topk=True))
     elif arch == "llama" and getattr(text, "num_local_experts", None):
         meta.update(_moe_metadata(text, arch, norm_topk=True))  # Mixtral; each expert is feed_forward_length wide
+    elif arch == "gpt-oss":
+        meta.update(_gpt_oss_metadata(text, arch))
     return meta
 
 
@@ -456,7 +498,10 @@ def owned_keys(arch: str) -> set[str]:
         "EXPERT_COUNT", "EXPERT_USED_COUNT", "EXPERT_FEED_FORWARD_LENGTH", "EXPERT_SHARED_FEED_FORWARD_LENGTH",
         "FREQ_BASE", "FREQ_BASE_SWA", "DIMENSION_COUNT", "SCALING_TYPE", "SCALING_FACTOR", "SCALING_ORIG_CTX_LEN",
     }
-    return {getattr(g, n).format(arch=arch) for g in groups for n in names if hasattr(g, n)}
+    owned = {getattr(g, n).format(arch=arch) for g in groups for n in names if hasattr(g, n)}
+    if arch == "gpt-oss":  # read into the YaRN attention factor
+        owned.add(Keys.Rope.SCALING_ATTN_FACTOR.format(arch=arch))
+    return owned
 
 
 def file_type(tensors: list[ExportTensor]) -> int | None:
@@ -465,6 +510,8 @@ def file_type(tensors: list[ExportTensor]) -> int | None:
     counts = Counter(t.qtype for t in tensors if len(t.shape) >= 2)
     if not counts:
         return None
+    if any(t.qtype == GGMLQuantizationType.MXFP4 and len(t.shape) == 3 for t in tensors):
+        return int(LlamaFileType.MOSTLY_MXFP4_MOE)  # the one llama-quantize mix that writes MXFP4 experts
     qtype = counts.most_common(1)[0][0]
     if qtype == _F32:
         return int(LlamaFileType.ALL_F32)
