@@ -66,6 +66,11 @@ GQ_HD int rs_bytes(int U) {
   return 16 * (n | 1);
 }
 
+__device__ __forceinline__ void store_out(const FastArgs& a, int64_t o, float v) {
+  if (a.out_bf16) reinterpret_cast<__nv_bfloat16*>(a.out)[o] = __float2bfloat16_rn(v);
+  else reinterpret_cast<__half*>(a.out)[o] = __float2half_rn(v);
+}
+
 // ---- prep: one thread per (group, token) ---------------------------------------------------------
 __device__ __forceinline__ float2 to_f2(__half, uint32_t w) { return __half22float2(*reinterpret_cast<const __half2*>(&w)); }
 __device__ __forceinline__ float2 to_f2(__nv_bfloat16, uint32_t w) {
@@ -226,11 +231,118 @@ __global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const int tok = 2 * c + (e & 1), row = n0 + g + 8 * (e >> 1);
-    if (tok < M && row < N) {
-      const int64_t o = (int64_t)tok * a.out_stride + row;
-      if (a.out_bf16) reinterpret_cast<__nv_bfloat16*>(a.out)[o] = __float2bfloat16_rn(acc[e]);
-      else reinterpret_cast<__half*>(a.out)[o] = __float2half_rn(acc[e]);
+    if (tok < M && row < N) store_out(a, (int64_t)tok * a.out_stride + row, acc[e]);
+  }
+}
+
+// ---- M = 1: two rows per warp, the "diagonal" mapping (NOTES.md v5) -----------------------------
+// A stage is 8 consecutive chunks of K of two adjacent rows r0, r1 (two contiguous runs of memory).
+// mma.m16n8k16's A row g is chunk g of r0 and A row g + 8 chunk g of r1 (lane (g, c) decodes them
+// exactly as gemv_fast_kernel decodes its rows g, g + 8), and B's column g holds the activations of
+// chunk g (the prep records of that chunk's groups). The diagonal then carries the dot products:
+// D[g][g] (lane (g, g / 2), element g & 1) for r0, D[g + 8][g] for r1; the other 7/8 of the product
+// is discarded, which costs nothing at M = 1. Each warp streams whole rows instead of 16 rows x one
+// chunk, and there are N / 2 warps instead of N / 16 x (split of K) (v4: at most ~2.8 TB/s for that
+// copy pattern alone, against 3.5 TB/s for contiguous runs; gemv_probe.cu).
+template <int T>
+__global__ void __maxnreg__(96) gemv_diag_kernel(const FastArgs a) {
+  using L = FT<T>;
+  constexpr int STEPS = L::STEPS, GPC = L::CE / L::GS, SEG = 8;
+  const int GR = Prep<T>::gr(1);
+  extern __shared__ __align__(16) uint8_t smem[];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int N = a.N, S = a.S, RS = a.RS, STAGE = 2 * RS;
+  const int pair = blockIdx.x * blockDim.y + threadIdx.y;
+  const int r0 = min(2 * pair, N - 1);
+  const int64_t rb1 = r0 + 1 < N ? a.row_bytes : 0;  // an odd last row is read twice, stored once
+  uint8_t* buf = smem + (size_t)(threadIdx.y * W + warp) * S * STAGE;
+  const uint8_t* w0 = a.w + (int64_t)r0 * a.row_bytes;
+
+  const int nch = a.K / L::CE, nst = (nch + SEG - 1) / SEG;
+  const int myst = nst > warp ? (nst - warp + W - 1) / W : 0;
+
+  // stage i of this warp (chunks SEG * (warp + i * W) ...) into stage buffer `st`: lanes walk the
+  // 16-byte pieces of the two runs in memory order
+  auto issue = [&](int i, int st) {
+    if (i < myst) {
+      const int c0 = SEG * (warp + i * W);
+      const int P = min(SEG, nch - c0) * (L::CB / 16);
+      const uint8_t* src = w0 + (int64_t)c0 * L::CB;
+      uint8_t* dst = buf + st * STAGE;
+      for (int p = lane; p < 2 * P; p += 32) {
+        const int r = p >= P, pc = p - r * P;
+        cp16(dst + r * RS + 16 * pc, src + r * rb1 + 16 * pc);
+      }
     }
+  };
+  for (int s = 0; s < S - 1; ++s) { issue(s, s); commit(); }
+  grid_dep_wait();  // the prep records are read straight from global memory below
+
+  float acc0 = 0.f, acc1 = 0.f;
+  const bool on_diag = c == (g >> 1);
+  int cur = 0;
+  for (int i = 0; i < myst; ++i) {
+    wait_stages(S);
+    __syncwarp();
+    issue(i + S - 1, cur == 0 ? S - 1 : cur - 1);
+    commit();
+    const int c0 = SEG * (warp + i * W);
+    // lanes whose chunk is past K (a short last stage) decode chunk 0 against zero activations
+    const bool live = g < nch - c0;
+    const int cg = live ? g : 0;
+    const uint8_t* rg = buf + cur * STAGE + cg * L::CB;
+    const int64_t G0 = (int64_t)(c0 + cg) * GPC;  // the lane's first group
+    const uint8_t* Bp = a.xb + G0 * Prep<T>::BREC + c * (8 * STEPS);
+    const uint8_t* Sp = a.xs + G0 * GR;
+    // all of the chunk's B records up front: one round trip to L1/L2 per chunk, not per group
+    uint4 bq[GPC];
+#pragma unroll
+    for (int q = 0; q < GPC; ++q) {
+      if constexpr (STEPS == 2) bq[q] = live ? *reinterpret_cast<const uint4*>(Bp + q * Prep<T>::BREC) : make_uint4(0, 0, 0, 0);
+      else {
+        const uint2 r = live ? *reinterpret_cast<const uint2*>(Bp + q * Prep<T>::BREC) : make_uint2(0, 0);
+        bq[q] = make_uint4(r.x, r.y, 0, 0);
+      }
+    }
+    L::chunk(rg, rg + RS, c, [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+      const uint32_t b[4] = {bq[q].x, bq[q].y, bq[q].z, bq[q].w};
+      float D[4];
+      mma16816_z(D, A[0], b[0], b[1]);
+      if constexpr (STEPS == 2) mma16816(D, A[1], b[2], b[3]);
+      if (on_diag && live) {
+        const float2 sb = *reinterpret_cast<const float2*>(Sp + q * GR);  // {sigma, -beta}
+        const float d0 = (g & 1) ? D[1] : D[0], d1 = (g & 1) ? D[3] : D[2];
+        acc0 = fmaf(sg, fmaf(sb.x, d0, sb.y), acc0);
+        acc1 = fmaf(sg8, fmaf(sb.x, d1, sb.y), acc1);
+        if constexpr (L::HAS_MIN) {
+          const float Sx = *reinterpret_cast<const float*>(Sp + q * GR + 16);
+          acc0 = fmaf(og, Sx, acc0);
+          acc1 = fmaf(og8, Sx, acc1);
+        }
+      }
+    });
+    __syncwarp();
+    cur = cur + 1 == S ? 0 : cur + 1;
+  }
+  wait_n<0>();
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    acc0 += __shfl_xor_sync(0xFFFFFFFFu, acc0, o);
+    acc1 += __shfl_xor_sync(0xFFFFFFFFu, acc1, o);
+  }
+  if (W > 1) {  // warps of one pair split K: partial sums meet in shared memory
+    __syncthreads();
+    float* red = reinterpret_cast<float*>(smem) + threadIdx.y * 2 * W;
+    if (lane == 0) { red[2 * warp] = acc0; red[2 * warp + 1] = acc1; }
+    __syncthreads();
+    if (warp != 0) return;
+    for (int w = 1; w < W; ++w) { acc0 += red[2 * w]; acc1 += red[2 * w + 1]; }
+  }
+  if (lane == 0 && 2 * pair < N) {
+    store_out(a, 2 * pair, acc0);
+    if (2 * pair + 1 < N) store_out(a, 2 * pair + 1, acc1);
   }
 }
 
@@ -350,6 +462,23 @@ Choice choose(int N, int K, int M, int sms) {
   return best;
 }
 
+// M = 1 (gemv_diag_kernel): PW row pairs per CTA, W warps per pair splitting K, S stages. Enough
+// warps for ~16 per SM (one row pair is one warp's whole K unless N is small).
+struct DiagChoice { int PW, W, S; };
+inline int knob_nodiag() { return env_knob("GGUF_KERNELS_FAST_NODIAG"); }
+inline int knob_pw() { static const int v = env_knob("GGUF_KERNELS_FAST_PW"); return v; }
+template <int T>
+DiagChoice choose_diag(int N, int K) {
+  using L = FT<T>;
+  const int pairs = (N + 1) / 2, nst = (K / L::CE + 7) / 8;
+  int W = 1;
+  while (W < 8 && 2 * W <= nst && pairs * W < 2048) W *= 2;
+  if (knob_w()) W = std::min(knob_w(), nst);
+  const int PW = knob_pw() ? knob_pw() : std::max(1, 4 / W);
+  const int S = knob_s() ? knob_s() : 2;
+  return {PW, W, S};
+}
+
 inline int num_sms() {
   static int sms = 0;
   if (!sms) {
@@ -384,19 +513,35 @@ cudaError_t launch(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_s
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
 
-    const Choice ch = choose<T>(N, K, M, num_sms());
     FastArgs a;
     a.w = ga.w; a.row_bytes = ga.row_bytes; a.N = N; a.K = K; a.M = M;
     a.xb = xb; a.xs = xs; a.out = ga.out; a.out_stride = ga.out_stride;
-    a.out_bf16 = xt == DType::BF16; a.S = ch.S; a.U = ch.U; a.RS = rs_bytes<T>(ch.U);
-    const size_t smem = smem_bytes<T>(ch.W, ch.S, M, ch.U);
-    static size_t configured = 0;
-    if (smem > 48 * 1024 && smem > configured) {
-      e = cudaFuncSetAttribute(gemv_fast_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
-      if (e != cudaSuccess) return e;
-      configured = 200 * 1024;
+    a.out_bf16 = xt == DType::BF16;
+    void (*kernel)(FastArgs);
+    dim3 grid, block;
+    size_t smem;
+    if (M == 1 && !L::MIS && !knob_nodiag()) {
+      const DiagChoice dc = choose_diag<T>(N, K);
+      kernel = gemv_diag_kernel<T>;
+      a.S = dc.S; a.U = 1; a.RS = 8 * L::CB;
+      grid = dim3((unsigned)((N / 2 + (N & 1) + dc.PW - 1) / dc.PW));
+      block = dim3(32 * dc.W, dc.PW);
+      smem = (size_t)dc.PW * dc.W * dc.S * 2 * a.RS;
+    } else {
+      const Choice ch = choose<T>(N, K, M, num_sms());
+      kernel = gemv_fast_kernel<T>;
+      a.S = ch.S; a.U = ch.U; a.RS = rs_bytes<T>(ch.U);
+      grid = dim3((unsigned)((N + 15) / 16));
+      block = dim3(32 * ch.W);
+      smem = smem_bytes<T>(ch.W, ch.S, M, ch.U);
     }
-    const dim3 grid((unsigned)((N + 15) / 16)), block(32 * ch.W);
+    static bool raised[2] = {false, false};  // per kernel: dynamic shared memory limit raised
+    bool& big = raised[kernel == gemv_diag_kernel<T>];
+    if (smem > 48 * 1024 && !big) {
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+      if (e != cudaSuccess) return e;
+      big = true;
+    }
     if (pdl) {
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = grid;
@@ -408,11 +553,11 @@ cudaError_t launch(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_s
       attr[0].val.programmaticStreamSerializationAllowed = 1;
       cfg.attrs = attr;
       cfg.numAttrs = 1;
-      e = cudaLaunchKernelEx(&cfg, gemv_fast_kernel<T>, a);
+      e = cudaLaunchKernelEx(&cfg, kernel, a);
       if (e == cudaSuccess) return cudaGetLastError();
       cudaGetLastError();  // fall back to a plain launch
     }
-    gemv_fast_kernel<T><<<grid, block, smem, stream>>>(a);
+    kernel<<<grid, block, smem, stream>>>(a);
     return cudaGetLastError();
   }
 }

@@ -66,11 +66,20 @@ def moe_matmul(x: torch.Tensor, packed: torch.Tensor, ids: torch.Tensor, qtype: 
 
 
 def quantize(weight: torch.Tensor, qtype: int) -> torch.Tensor:
-    # Checked here as well: on the H200 an int32 weight crashed the process inside the op's
-    # dtype check instead of raising (seen once; cause not established).
+    # The argument checks are made here, before the op: on the H200 the op's own TORCH_CHECKs (the
+    # dtype one, then the block-size one) crashed the process instead of raising; cause not
+    # established. The op keeps its checks for callers that bypass this function.
+    qtype = int(qtype)
+    if qtype not in QUANTIZE_TYPES:
+        raise RuntimeError(f"gguf_kernels: quantize: ggml type {qtype} is not supported")
     if weight.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise RuntimeError(f"gguf_kernels: quantize: weight must be float32, bfloat16 or float16, got {weight.dtype}")
-    return ops.quantize(weight, int(qtype))
+    if weight.device.type != "cuda":
+        raise RuntimeError("gguf_kernels: quantize: weight must be a CUDA tensor")
+    if weight.dim() < 1 or weight.shape[-1] % _BLOCKS[qtype][0]:
+        raise RuntimeError(f"gguf_kernels: quantize: rows of {weight.shape[-1] if weight.dim() else 0} elements are "
+                           f"not a multiple of the block size {_BLOCKS[qtype][0]}")
+    return ops.quantize(weight, qtype)
 
 
 # --- fake (meta) implementations, for torch.compile and opcheck ------------------------------

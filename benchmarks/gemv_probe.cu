@@ -1,0 +1,395 @@
+// Memory-side probes for the small-M matmul (kernels-src/gguf_kernels/NOTES.md, v5): how fast can a
+// kernel read the weight bytes of one matmul, with which access pattern, and how close does the fast
+// kernel come. Standalone, no torch:
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernels-src/gguf_kernels/csrc \
+//        benchmarks/gemv_probe.cu kernels-src/gguf_kernels/csrc/fast_q4_0.cu ... -o gemv_probe
+//   ./gemv_probe [probe|fast]
+// Every row reads a different copy of the weights on each launch (copies span > 2 GB, so nothing
+// stays in the 60 MB L2), launches are captured in a CUDA graph, and the median time per launch over
+// the replays is printed with weight GB/s.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "launch.h"
+
+#define CK(x)                                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+namespace gq {
+template <int T> size_t gemv_fast_scratch(int K, int M, int64_t row_bytes);
+template <int T>
+cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t scratch_size, int pdl, cudaStream_t stream);
+}  // namespace gq
+
+__device__ __forceinline__ uint32_t mix32(uint64_t i) {
+  uint64_t z = i * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+  return (uint32_t)(z ^ (z >> 29));
+}
+__global__ void fill_random(uint32_t* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = mix32(i + seed);
+}
+// Tame the scale fields (fp16 at the given offsets, or an e8m0 byte) so sums stay finite.
+__global__ void fix_scales(uint8_t* p, size_t nblocks, int block_bytes, int off0, int off1, int e8m0) {
+  for (size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x; b < nblocks; b += (size_t)gridDim.x * blockDim.x) {
+    uint8_t* q = p + b * block_bytes;
+    const uint32_t h = mix32(b);
+    if (e8m0) { q[off0] = 120 + (h & 7); continue; }
+    const uint16_t v = 0x1E00 + (h & 0xFF);
+    memcpy(q + off0, &v, 2);
+    if (off1 >= 0) { const uint16_t v1 = 0x1C00 + ((h >> 8) & 0xFF); memcpy(q + off1, &v1, 2); }
+  }
+}
+
+__global__ void empty_kernel() {}
+
+// Grid-stride 16-byte reads, 4 independent loads in flight per thread.
+__global__ void read_linear(const uint4* __restrict__ p, size_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    uint4 v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = __ldg(p + i + j * stride);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+  }
+  for (; i < n; i += stride) acc ^= __ldg(p + i).x;
+  if (acc == 0x9E3779B9u) *sink = acc;
+}
+
+// A warp reads its own contiguous span (ROWS whole rows), 8 loads of 512 bytes in flight.
+__global__ void read_warp_span(const uint8_t* __restrict__ w, int64_t span, int64_t total, uint32_t* sink) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warp = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+  const int64_t start = warp * span, end = min(start + span, total);
+  uint32_t acc = 0;
+  int64_t o = start + 16 * lane;
+  for (; o + 7 * 512 < end; o += 8 * 512) {
+    uint4 v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = __ldg(reinterpret_cast<const uint4*>(w + o + j * 512));
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc ^= v[j].x ^ v[j].w;
+  }
+  for (; o < end; o += 512) acc ^= __ldg(reinterpret_cast<const uint4*>(w + o)).x;
+  if (acc == 0x9E3779B9u) *sink = acc;
+}
+
+__device__ __forceinline__ void cp16(void* smem, const void* gmem) {
+  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+
+// The fast kernel's copy pipeline with the decode left out: CTA = 16 rows, W warps split K in
+// chunks of UCB bytes per row, S stages. cmap 0: two lanes per row, alternate 16-byte pieces (one
+// instruction touches 16 rows x 32 bytes); 1: lanes walk the 16 x P pieces in memory order.
+__global__ void cp_tile(const uint8_t* __restrict__ w, int64_t row_bytes, int N, int UCB, int S, int RS, int cmap,
+                        uint32_t* sink) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
+  const int n0 = blockIdx.x * 16, P = UCB / 16;
+  const int nch = (int)(row_bytes / UCB);
+  const int mych = nch > warp ? (nch - warp + W - 1) / W : 0;
+  uint8_t* buf = smem + (size_t)warp * S * 16 * RS;
+  auto issue = [&](int i, int st) {
+    if (i >= mych) return;
+    const int64_t off = (int64_t)(warp + i * W) * UCB;
+    uint8_t* dst = buf + st * 16 * RS;
+    if (cmap) {
+      int r = lane / P, pc = lane - r * P;
+      while (r < 16) {
+        cp16(dst + r * RS + 16 * pc, w + (int64_t)min(n0 + r, N - 1) * row_bytes + off + 16 * pc);
+        pc += 32;
+        while (pc >= P) { pc -= P; ++r; }
+      }
+    } else {
+      const int crow = lane >> 1;
+      const uint8_t* src = w + (int64_t)min(n0 + crow, N - 1) * row_bytes + off;
+      for (int pc = lane & 1; pc < P; pc += 2) cp16(dst + crow * RS + 16 * pc, src + 16 * pc);
+    }
+  };
+  for (int s = 0; s < S - 1; ++s) { issue(s, s); asm volatile("cp.async.commit_group;\n" ::); }
+  uint32_t acc = 0;
+  int cur = 0;
+  for (int i = 0; i < mych; ++i) {
+    if (S >= 4) asm volatile("cp.async.wait_group 2;\n" ::);
+    else if (S == 3) asm volatile("cp.async.wait_group 1;\n" ::);
+    else asm volatile("cp.async.wait_group 0;\n" ::);
+    __syncwarp();
+    issue(i + S - 1, cur == 0 ? S - 1 : cur - 1);
+    asm volatile("cp.async.commit_group;\n" ::);
+    acc ^= *reinterpret_cast<const uint32_t*>(buf + cur * 16 * RS + (lane >> 1) * RS + 4 * (lane & 1));
+    __syncwarp();
+    cur = cur + 1 == S ? 0 : cur + 1;
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::);
+  if (acc == 0x9E3779B9u) *sink = acc;
+}
+
+struct Pool {
+  uint8_t* base = nullptr;
+  size_t copy_bytes = 0;
+  int copies = 0;
+  const uint8_t* copy(int i) const { return base + (size_t)(i % copies) * copy_bytes; }
+};
+
+// Median microseconds per launch of `one(i, stream)` over graph replays of R launches.
+static float time_graph(const std::function<void(int, cudaStream_t)>& one, int R) {
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int i = 0; i < 3; ++i) one(i, s);  // warm-up outside the graph (module load, attributes)
+  CK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < R; ++i) one(i, s);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int rep = 0; rep < 23; ++rep) {
+    CK(cudaEventRecord(a, s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    if (rep >= 3) t.push_back(ms * 1000.f / R);
+  }
+  CK(cudaGetLastError());
+  std::sort(t.begin(), t.end());
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+  return t[t.size() / 2];
+}
+
+static void row(const std::string& name, double bytes, float us) {
+  std::printf("| %-52s | %7.2f | %6.0f |\n", name.c_str(), us, bytes / us / 1e3);
+}
+
+struct TypeInfo { const char* name; int qtype, block_elems, block_bytes, off0, off1, e8m0; };
+static const TypeInfo TYPES[] = {
+    {"Q4_0", gq::Q4_0, 32, 18, 0, -1, 0},   {"Q8_0", gq::Q8_0, 32, 34, 0, -1, 0},
+    {"Q4_K", gq::Q4_K, 256, 144, 0, 2, 0},  {"Q5_K", gq::Q5_K, 256, 176, 0, 2, 0},
+    {"IQ4_XS", gq::IQ4_XS, 256, 136, 0, -1, 0}, {"MXFP4", gq::MXFP4, 32, 17, 0, -1, 1},
+};
+
+template <int T>
+static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M, const void* x, void* out) {
+  const int64_t row_bytes = (int64_t)K / ti.block_elems * ti.block_bytes;
+  const size_t sb = gq::gemv_fast_scratch<T>(K, M, row_bytes);
+  if (!sb) { std::printf("| %s fast path does not take K=%d M=%d |\n", ti.name, K, M); return; }
+  void* scratch;
+  CK(cudaMalloc(&scratch, sb));
+  auto one = [&](int i, cudaStream_t s) {
+    gq::GemvArgs a = {};
+    a.w = pool.copy(i); a.row_bytes = row_bytes; a.N = N; a.K = K; a.x = x; a.x_stride = K;
+    a.out = out; a.out_stride = N; a.M = M; a.mode = gq::GEMV_DENSE;
+    CK(gq::launch_gemv_fast<T>(a, gq::DType::BF16, scratch, sb, 1, s));
+  };
+  const float us = time_graph(one, 64);
+  // checksum of one output (same data every run: compares copy mappings across processes)
+  std::vector<uint16_t> h((size_t)M * N);
+  one(0, 0);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h.data(), out, h.size() * 2, cudaMemcpyDeviceToHost));
+  uint64_t sum = 1469598103934665603ull;
+  for (uint16_t v : h) sum = (sum ^ v) * 1099511628211ull;
+  char name[96];
+  std::snprintf(name, sizeof name, "fast %s %d->%d M=%d [%016llx]", ti.name, K, N, M, (unsigned long long)sum);
+  row(name, (double)N * row_bytes, us);
+  CK(cudaFree(scratch));
+}
+
+// The M = 1 kernel (gemv_diag_kernel) against the 16-row tile kernel on the same inputs: both
+// approximate the exact product to the output's rounding, so they must agree to ~1e-3.
+template <int T>
+static void check_diag(const TypeInfo& ti, uint8_t* w, int N, int K, const void* x, void* out) {
+  const int64_t row_bytes = (int64_t)K / ti.block_elems * ti.block_bytes;
+  const size_t sb = gq::gemv_fast_scratch<T>(K, 1, row_bytes);
+  if (!sb) { std::printf("| check %s K=%d: fast path does not take it |\n", ti.name, K); return; }
+  void* scratch;
+  CK(cudaMalloc(&scratch, sb));
+  std::vector<uint16_t> h[2];
+  for (int v = 0; v < 2; ++v) {
+    setenv("GGUF_KERNELS_FAST_NODIAG", v ? "1" : "0", 1);
+    gq::GemvArgs a = {};
+    a.w = w; a.row_bytes = row_bytes; a.N = N; a.K = K; a.x = x; a.x_stride = K;
+    a.out = out; a.out_stride = N; a.M = 1; a.mode = gq::GEMV_DENSE;
+    CK(cudaMemset(out, 0xFF, (size_t)N * 2));  // poison: NaN in bf16
+    CK(gq::launch_gemv_fast<T>(a, gq::DType::BF16, scratch, sb, 1, 0));
+    CK(cudaDeviceSynchronize());
+    h[v].resize(N);
+    CK(cudaMemcpy(h[v].data(), out, (size_t)N * 2, cudaMemcpyDeviceToHost));
+  }
+  unsetenv("GGUF_KERNELS_FAST_NODIAG");
+  double num = 0, den = 0;
+  int bad = 0;
+  for (int i = 0; i < N; ++i) {
+    float f[2];
+    for (int v = 0; v < 2; ++v) { const uint32_t u = (uint32_t)h[v][i] << 16; std::memcpy(&f[v], &u, 4); }
+    if (!std::isfinite(f[0]) || !std::isfinite(f[1])) ++bad;
+    num += (double)(f[0] - f[1]) * (f[0] - f[1]);
+    den += (double)f[1] * f[1];
+  }
+  const double rel = std::sqrt(num / std::max(den, 1e-30));
+  std::printf("| check %s N=%d K=%d: diag vs tile rel %.2e, non-finite %d | %s |\n", ti.name, N, K, rel, bad,
+              (bad == 0 && rel < 5e-3) ? "ok" : "FAIL");
+  CK(cudaFree(scratch));
+}
+
+int main(int argc, char** argv) {
+  const std::string what = argc > 1 ? argv[1] : "all";
+  const std::string only = argc > 2 ? argv[2] : "";  // probe: cp0 / cp1 (one cp_tile row); fast: a type name
+  const size_t pool_bytes = (size_t)3 << 30;
+  Pool pool;
+  CK(cudaMalloc(&pool.base, pool_bytes));
+  uint32_t* sink;
+  CK(cudaMalloc(&sink, 4));
+  fill_random<<<4096, 256>>>(reinterpret_cast<uint32_t*>(pool.base), pool_bytes / 4, 12345);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  std::printf("| probe | us | GB/s |\n| --- | ---: | ---: |\n");
+
+  if ((what == "all" || what == "probe") && only.empty()) {
+    const int N = 14336;
+    const int64_t rb = 2304;  // Q4_0, K = 4096
+    const size_t bytes = (size_t)N * rb;
+    pool.copy_bytes = (bytes + 4095) / 4096 * 4096;
+    pool.copies = (int)(pool_bytes / pool.copy_bytes);
+    row("empty kernel, 896 x 64 threads", 0, time_graph([&](int, cudaStream_t s) { empty_kernel<<<896, 64, 0, s>>>(); }, 64));
+    for (int blocks : {132, 264, 528, 1056})
+      for (int th : {256, 512}) {
+        char nm[96];
+        std::snprintf(nm, sizeof nm, "read_linear %d x %d (33 MB)", blocks, th);
+        row(nm, bytes, time_graph([&](int i, cudaStream_t s) {
+              read_linear<<<blocks, th, 0, s>>>(reinterpret_cast<const uint4*>(pool.copy(i)), bytes / 16, sink);
+            }, 64));
+      }
+    for (int rows : {1, 4, 16}) {
+      const int64_t span = rows * rb;
+      const int64_t warps = (bytes + span - 1) / span;
+      char nm[96];
+      std::snprintf(nm, sizeof nm, "read_warp_span %d rows per warp, 128-thread CTAs", rows);
+      row(nm, bytes, time_graph([&](int i, cudaStream_t s) {
+            read_warp_span<<<(unsigned)((warps + 3) / 4), 128, 0, s>>>(pool.copy(i), span, (int64_t)bytes, sink);
+          }, 64));
+    }
+  }
+  if (what == "all" || what == "probe") {
+    const int N = 14336;
+    const int64_t rb = 2304;
+    const size_t bytes = (size_t)N * rb;
+    pool.copy_bytes = bytes;
+    pool.copies = (int)(pool_bytes / pool.copy_bytes);
+    struct Cfg { int W, S, U; };
+    for (Cfg c : {Cfg{2, 4, 4}, Cfg{2, 4, 1}, Cfg{4, 3, 2}, Cfg{1, 4, 4}, Cfg{8, 2, 1}, Cfg{16, 2, 1}, Cfg{8, 3, 1},
+                  Cfg{4, 2, 1}, Cfg{4, 3, 1}})
+      for (int cmap : {0, 1}) {
+        if (!only.empty() && (only != "cp" + std::to_string(cmap) || c.U != 4 || c.W != 2)) continue;
+        const int UCB = 144 * c.U, RS = 16 * ((UCB / 16) | 1);
+        const size_t smem = (size_t)c.W * c.S * 16 * RS;
+        CK(cudaFuncSetAttribute(cp_tile, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+        char nm[96];
+        std::snprintf(nm, sizeof nm, "cp_tile W=%d S=%d U=%d cmap=%d (%zu KB smem)", c.W, c.S, c.U, cmap, smem / 1024);
+        row(nm, bytes, time_graph([&](int i, cudaStream_t s) {
+              cp_tile<<<(N + 15) / 16, 32 * c.W, smem, s>>>(pool.copy(i), rb, N, UCB, c.S, RS, cmap, sink);
+            }, 64));
+      }
+  }
+
+  if (what == "all" || what == "fast") {
+    void *x, *out;
+    CK(cudaMalloc(&x, (size_t)8 * 14336 * 2));
+    CK(cudaMalloc(&out, (size_t)8 * 14336 * 2));
+    // bf16 activations in [-1, 1)
+    {
+      std::vector<uint16_t> hx((size_t)8 * 14336);
+      uint32_t st = 7;
+      for (auto& v : hx) {
+        st = st * 1664525u + 1013904223u;
+        const float f = ((st >> 8) / 16777216.0f) * 2.f - 1.f;
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        v = (uint16_t)(u >> 16);
+      }
+      CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    }
+    struct Shape { int K, N; };
+    for (const TypeInfo& ti : TYPES) {
+      if (!only.empty() && only != ti.name) continue;
+      fill_random<<<4096, 256>>>(reinterpret_cast<uint32_t*>(pool.base), pool_bytes / 4, 12345);
+      fix_scales<<<4096, 256>>>(pool.base, pool_bytes / ti.block_bytes, ti.block_bytes, ti.off0, ti.off1, ti.e8m0);
+      CK(cudaGetLastError());
+      for (Shape sh : {Shape{4096, 14336}, Shape{14336, 4096}, Shape{4096, 4096}})
+        for (int M : {1, 8}) {
+          if (M == 8 && sh.K != 4096) continue;
+          if (!only.empty() && (M != 1 || sh.N != 14336)) continue;
+          const int64_t rb = (int64_t)sh.K / ti.block_elems * ti.block_bytes;
+          pool.copy_bytes = (size_t)sh.N * rb;  // whole rows: every copy starts on a block, 16-byte aligned
+          pool.copies = (int)(pool_bytes / pool.copy_bytes);
+          switch (ti.qtype) {
+            case gq::Q4_0: fast_rows<gq::Q4_0>(ti, pool, sh.N, sh.K, M, x, out); break;
+            case gq::Q8_0: fast_rows<gq::Q8_0>(ti, pool, sh.N, sh.K, M, x, out); break;
+            case gq::Q4_K: fast_rows<gq::Q4_K>(ti, pool, sh.N, sh.K, M, x, out); break;
+            case gq::Q5_K: fast_rows<gq::Q5_K>(ti, pool, sh.N, sh.K, M, x, out); break;
+            case gq::IQ4_XS: fast_rows<gq::IQ4_XS>(ti, pool, sh.N, sh.K, M, x, out); break;
+            case gq::MXFP4: fast_rows<gq::MXFP4>(ti, pool, sh.N, sh.K, M, x, out); break;
+          }
+        }
+    }
+  }
+  if (what == "all" || what == "check") {
+    void *x, *out;
+    CK(cudaMalloc(&x, (size_t)14336 * 2));
+    CK(cudaMalloc(&out, (size_t)14336 * 2));
+    std::vector<uint16_t> hx(14336);
+    uint32_t st = 11;
+    for (auto& v : hx) {
+      st = st * 1664525u + 1013904223u;
+      const float f = ((st >> 8) / 16777216.0f) * 2.f - 1.f;
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      v = (uint16_t)(u >> 16);
+    }
+    CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    struct Shape { int N, K; };
+    for (const TypeInfo& ti : TYPES) {
+      fill_random<<<4096, 256>>>(reinterpret_cast<uint32_t*>(pool.base), pool_bytes / 4, 999);
+      fix_scales<<<4096, 256>>>(pool.base, pool_bytes / ti.block_bytes, ti.block_bytes, ti.off0, ti.off1, ti.e8m0);
+      CK(cudaGetLastError());
+      for (Shape sh : {Shape{14336, 4096}, Shape{4095, 14336}, Shape{1000, 768}, Shape{999, 1024}, Shape{48, 512},
+                       Shape{1024, 4096}, Shape{3, 2048}})
+        switch (ti.qtype) {
+          case gq::Q4_0: check_diag<gq::Q4_0>(ti, pool.base, sh.N, sh.K, x, out); break;
+          case gq::Q8_0: check_diag<gq::Q8_0>(ti, pool.base, sh.N, sh.K, x, out); break;
+          case gq::Q4_K: check_diag<gq::Q4_K>(ti, pool.base, sh.N, sh.K, x, out); break;
+          case gq::Q5_K: check_diag<gq::Q5_K>(ti, pool.base, sh.N, sh.K, x, out); break;
+          case gq::IQ4_XS: check_diag<gq::IQ4_XS>(ti, pool.base, sh.N, sh.K, x, out); break;
+          case gq::MXFP4: check_diag<gq::MXFP4>(ti, pool.base, sh.N, sh.K, x, out); break;
+        }
+    }
+  }
+  CK(cudaDeviceSynchronize());
+  return 0;
+}
