@@ -5,6 +5,7 @@
 """
 from .config import GgufQuantizeConfig
 from .ggml import dequantize
+from .gguf_io.requantize import quantize_gguf
 from .gguf_io.writer import save_gguf
 from .modules import GgufEmbedding, GgufExperts, GgufLinear
 from .quantizer import GGUFQuantizer
@@ -18,6 +19,7 @@ __all__ = [
     "GgufExperts",
     "dequantize",
     "save_gguf",
+    "quantize_gguf",
     "register",
 ]
 
