@@ -1,12 +1,15 @@
 // Memory-side probes for the small-M matmul (kernels-src/gguf_kernels/NOTES.md, v5): how fast can a
 // kernel read the weight bytes of one matmul, with which access pattern, and how close does the fast
-// kernel come. Standalone, no torch:
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernels-src/gguf_kernels/csrc \
-//        benchmarks/gemv_probe.cu kernels-src/gguf_kernels/csrc/fast_q4_0.cu ... -o gemv_probe
-//   ./gemv_probe [probe|fast]
-// Every row reads a different copy of the weights on each launch (copies span > 2 GB, so nothing
+// kernel come. Standalone, no torch (compile here, carry the binary):
+//   cd kernels-src/gguf_kernels/csrc && nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I. \
+//     ../../../benchmarks/gemv_probe.cu fast_q4_0.cu fast_q8_0.cu fast_q4_k.cu fast_q5_k.cu \
+//     fast_iq4_xs.cu fast_mxfp4.cu -o gemv_probe
+//   ./gemv_probe probe [cp0|cp1]   reads only: linear, per-warp spans, the fast kernel's copy pipeline
+//   ./gemv_probe fast [TYPE]       the fast kernel (GGUF_KERNELS_FAST_* knobs apply)
+//   ./gemv_probe check             M = 1 diagonal kernel against the 16-row tile kernel, same inputs
+// Every timed row reads a different copy of the weights on each launch (copies span 3 GB, so nothing
 // stays in the 60 MB L2), launches are captured in a CUDA graph, and the median time per launch over
-// the replays is printed with weight GB/s.
+// the replays is printed with weight GB/s. Results: benchmarks/results/gemv_probe_h200.md.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "launch.h"
@@ -194,6 +198,19 @@ static const TypeInfo TYPES[] = {
     {"IQ4_XS", gq::IQ4_XS, 256, 136, 0, -1, 0}, {"MXFP4", gq::MXFP4, 32, 17, 0, -1, 1},
 };
 
+// f(std::integral_constant<int, T>) for the fast path's type T
+template <class F>
+static void with_type(int qtype, F&& f) {
+  switch (qtype) {
+    case gq::Q4_0: f(std::integral_constant<int, gq::Q4_0>()); break;
+    case gq::Q8_0: f(std::integral_constant<int, gq::Q8_0>()); break;
+    case gq::Q4_K: f(std::integral_constant<int, gq::Q4_K>()); break;
+    case gq::Q5_K: f(std::integral_constant<int, gq::Q5_K>()); break;
+    case gq::IQ4_XS: f(std::integral_constant<int, gq::IQ4_XS>()); break;
+    case gq::MXFP4: f(std::integral_constant<int, gq::MXFP4>()); break;
+  }
+}
+
 template <int T>
 static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M, const void* x, void* out) {
   const int64_t row_bytes = (int64_t)K / ti.block_elems * ti.block_bytes;
@@ -348,14 +365,7 @@ int main(int argc, char** argv) {
           const int64_t rb = (int64_t)sh.K / ti.block_elems * ti.block_bytes;
           pool.copy_bytes = (size_t)sh.N * rb;  // whole rows: every copy starts on a block, 16-byte aligned
           pool.copies = (int)(pool_bytes / pool.copy_bytes);
-          switch (ti.qtype) {
-            case gq::Q4_0: fast_rows<gq::Q4_0>(ti, pool, sh.N, sh.K, M, x, out); break;
-            case gq::Q8_0: fast_rows<gq::Q8_0>(ti, pool, sh.N, sh.K, M, x, out); break;
-            case gq::Q4_K: fast_rows<gq::Q4_K>(ti, pool, sh.N, sh.K, M, x, out); break;
-            case gq::Q5_K: fast_rows<gq::Q5_K>(ti, pool, sh.N, sh.K, M, x, out); break;
-            case gq::IQ4_XS: fast_rows<gq::IQ4_XS>(ti, pool, sh.N, sh.K, M, x, out); break;
-            case gq::MXFP4: fast_rows<gq::MXFP4>(ti, pool, sh.N, sh.K, M, x, out); break;
-          }
+          with_type(ti.qtype, [&](auto t) { fast_rows<decltype(t)::value>(ti, pool, sh.N, sh.K, M, x, out); });
         }
     }
   }
@@ -380,14 +390,7 @@ int main(int argc, char** argv) {
       CK(cudaGetLastError());
       for (Shape sh : {Shape{14336, 4096}, Shape{4095, 14336}, Shape{1000, 768}, Shape{999, 1024}, Shape{48, 512},
                        Shape{1024, 4096}, Shape{3, 2048}})
-        switch (ti.qtype) {
-          case gq::Q4_0: check_diag<gq::Q4_0>(ti, pool.base, sh.N, sh.K, x, out); break;
-          case gq::Q8_0: check_diag<gq::Q8_0>(ti, pool.base, sh.N, sh.K, x, out); break;
-          case gq::Q4_K: check_diag<gq::Q4_K>(ti, pool.base, sh.N, sh.K, x, out); break;
-          case gq::Q5_K: check_diag<gq::Q5_K>(ti, pool.base, sh.N, sh.K, x, out); break;
-          case gq::IQ4_XS: check_diag<gq::IQ4_XS>(ti, pool.base, sh.N, sh.K, x, out); break;
-          case gq::MXFP4: check_diag<gq::MXFP4>(ti, pool.base, sh.N, sh.K, x, out); break;
-        }
+        with_type(ti.qtype, [&](auto t) { check_diag<decltype(t)::value>(ti, pool.base, sh.N, sh.K, x, out); });
     }
   }
   CK(cudaDeviceSynchronize());
