@@ -81,15 +81,6 @@ template <int A> GQ_HD uint32_t ldw(const uint8_t* p) {
   }
 }
 GQ_HD float f16v(const uint8_t* p) { return f16_at(p); }
-GQ_HD uint32_t as_uint(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
-}
 
 // 16-entry byte table (entry n = byte n % 4 of t[n / 4]) applied to the 8 nibbles of w:
 // c0 = entries of nibbles 0..3, c1 = nibbles 4..7 (bit 3 of a nibble picks t2/t3).

@@ -479,17 +479,6 @@ DiagChoice choose_diag(int N, int K) {
   return {PW, W, S};
 }
 
-inline int num_sms() {
-  static int sms = 0;
-  if (!sms) {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (!sms) sms = 132;
-  }
-  return sms;
-}
-
 template <int T>
 cudaError_t launch(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, int pdl, cudaStream_t stream) {
   using L = FT<T>;

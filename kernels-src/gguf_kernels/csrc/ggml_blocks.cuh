@@ -16,43 +16,14 @@
 // notes which struct it follows.
 #pragma once
 #include <cstdint>
-#include <cstring>
 #include <cuda_fp16.h>
 
+#include "hostdev.h"
 #include "qtypes.h"
-
-#if defined(__CUDACC__)
-#define GQ_HD __host__ __device__ __forceinline__
-#else
-#define GQ_HD inline
-#endif
 
 namespace gq {
 
-template <int T> struct Traits;
-template <> struct Traits<Q4_0>   { static constexpr int BLOCK = 32,  BYTES = 18;  };
-template <> struct Traits<Q4_1>   { static constexpr int BLOCK = 32,  BYTES = 20;  };
-template <> struct Traits<Q5_0>   { static constexpr int BLOCK = 32,  BYTES = 22;  };
-template <> struct Traits<Q5_1>   { static constexpr int BLOCK = 32,  BYTES = 24;  };
-template <> struct Traits<Q8_0>   { static constexpr int BLOCK = 32,  BYTES = 34;  };
-template <> struct Traits<Q2_K>   { static constexpr int BLOCK = 256, BYTES = 84;  };
-template <> struct Traits<Q3_K>   { static constexpr int BLOCK = 256, BYTES = 110; };
-template <> struct Traits<Q4_K>   { static constexpr int BLOCK = 256, BYTES = 144; };
-template <> struct Traits<Q5_K>   { static constexpr int BLOCK = 256, BYTES = 176; };
-template <> struct Traits<Q6_K>   { static constexpr int BLOCK = 256, BYTES = 210; };
-template <> struct Traits<IQ4_NL> { static constexpr int BLOCK = 32,  BYTES = 18;  };
-template <> struct Traits<IQ4_XS> { static constexpr int BLOCK = 256, BYTES = 136; };
-template <> struct Traits<MXFP4>  { static constexpr int BLOCK = 32,  BYTES = 17;  };
-
 // ---- small portable helpers ------------------------------------------------------------------
-
-GQ_HD float as_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f; std::memcpy(&f, &u, 4); return f;
-#endif
-}
 
 // PTX prmt.b32 in its default mode, selector bits [2:0] of each nibble only.
 GQ_HD uint32_t perm(uint32_t x, uint32_t y, uint32_t s) {
@@ -89,10 +60,12 @@ GQ_HD uint32_t u32_a1(const uint8_t* p) {
   return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
-// Unsigned byte i of w, minus `off`, as an exact float: 0x4B0000bb is 2^23 + bb.
-GQ_HD float ubyte(uint32_t w, int i, float off) {
-  return as_float(perm(w, 0x4B000000u, 0x7540u | (uint32_t)i)) - (8388608.0f + off);
-}
+// Unsigned byte i of w as an exact float: 0x4B0000bb is 2^23 + bb.
+GQ_HD float ubyte(uint32_t w, int i) { return as_float(perm(w, 0x4B000000u, 0x7540u | (uint32_t)i)) - 8388608.0f; }
+
+// The low / high nibble of each byte of w, in the byte's low bits.
+GQ_HD uint32_t nib_lo4(uint32_t w) { return w & 0x0F0F0F0Fu; }
+GQ_HD uint32_t nib_hi4(uint32_t w) { return (w >> 4) & 0x0F0F0F0Fu; }
 
 // Bits 0..3 of x moved to bit 4 of bytes 0..3 (0x10 per set bit). The four shifted copies
 // of x (by 4, 11, 18, 25) never overlap, so the product has no carries.
@@ -114,24 +87,20 @@ constexpr uint32_t IQ4_T0 = 0xBFAD9881u, IQ4_T1 = 0xF6EADDCFu, IQ4_T2 = 0x26190D
 // kvalues_mxfp4: e2m1 values doubled {0,1,2,3,4,6,8,12,-0,-1,-2,-3,-4,-6,-8,-12}.
 constexpr uint32_t FP4_T0 = 0x03020100u, FP4_T1 = 0x0C080604u, FP4_T2 = 0xFDFEFF00u, FP4_T3 = 0xF4F8FAFCu;
 
+// kvalues_mxfp4 + 64 (the MXFP4 decoder's codes).
+constexpr uint32_t FP4P_T0 = 0x43424140u, FP4P_T1 = 0x4C484644u, FP4P_T2 = 0x3D3E3F40u, FP4P_T3 = 0x34383A3Cu;
+
+// IQ4_NL / IQ4_XS codes (kvalues_iq4nl[q] + 128) of the 4-bit indices of one nibble per byte.
+GQ_HD uint32_t iq4_codes(uint32_t q) { return lut16(q, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u; }
+
 // ggml_e8m0_to_fp32_half: 2^(e-128) (half of the E8M0 scale, because the table is doubled).
 GQ_HD float e8m0_half(uint32_t e) {
   return as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
 }
 
-// Q4_K / Q5_K 6-bit scale and min of sub-block j (get_scale_min_k4 semantics).
-GQ_HD void scale_min_k4(int j, const uint8_t* q, float& sc, float& mn) {
-  if (j < 4) {
-    sc = (float)(q[j] & 63);
-    mn = (float)(q[j + 4] & 63);
-  } else {
-    sc = (float)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    mn = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
-// scale_min_k4 for sub-blocks 2c and 2c+1 at once, from the 12 scale bytes read as three
-// words (q 4-byte aligned).
+// Q4_K / Q5_K 6-bit scales and mins of sub-blocks 2c and 2c+1 (get_scale_min_k4 semantics:
+// sub-block j < 4 takes the low 6 bits of q[j] / q[j+4]; j >= 4 the nibbles of q[j+4] with the
+// top two bits of q[j-4] / q[j]), from the 12 scale bytes read as three words (q 4-byte aligned).
 GQ_HD void scale_min_k4_pair(int c, const uint8_t* q, float& sc0, float& mn0, float& sc1, float& mn1) {
   const uint32_t w0 = u32_a4(q), w1 = u32_a4(q + 4), w2 = u32_a4(q + 8);
   if (c < 2) {
@@ -159,17 +128,38 @@ GQ_HD float scale_q3k(int g, const uint8_t* s) {
 // ---- decoders ----------------------------------------------------------------------------------
 // decode_codes<T>(row, u, p, full, r) gives, for q = 0..3, a word of four unsigned byte codes
 // r.c[q] (byte i <-> element 64u + 16q + 4p + i) and an affine map: value = r.s[q] * code + r.o[q].
-// Traits<T>::CODE_BITS is the widest code (<= 7 lets the tensor-core path build bf16 directly).
+// Each decoder follows the struct named in its comment. The addresses that depend on the part p
+// are formed in the decoders themselves, not in the shared helpers: moved into a helper, they
+// changed the generated code.
 
 struct Codes {
   uint32_t c[4];
   float s[4], o[4];
 };
 
-template <int T>
-GQ_HD void decode_codes(const uint8_t* row, int u, int p, bool full, Codes& r);
-
+// CodeBits<T>: BITS, the widest code (<= 7 lets the tensor-core path build bf16 directly);
+// PAIRED, groups 2h and 2h+1 always share their scale and offset (one scale per 32 elements).
 template <int T> struct CodeBits;
+template <int B, bool P> struct CodeBitsOf { static constexpr int BITS = B; static constexpr bool PAIRED = P; };
+template <> struct CodeBits<Q4_0>   : CodeBitsOf<4, true>  {};
+template <> struct CodeBits<Q4_1>   : CodeBitsOf<4, true>  {};
+template <> struct CodeBits<Q5_0>   : CodeBitsOf<5, true>  {};
+template <> struct CodeBits<Q5_1>   : CodeBitsOf<5, true>  {};
+template <> struct CodeBits<Q8_0>   : CodeBitsOf<8, true>  {};
+template <> struct CodeBits<Q2_K>   : CodeBitsOf<2, false> {};
+template <> struct CodeBits<Q3_K>   : CodeBitsOf<3, false> {};
+template <> struct CodeBits<Q4_K>   : CodeBitsOf<4, true>  {};
+template <> struct CodeBits<Q5_K>   : CodeBitsOf<5, true>  {};
+template <> struct CodeBits<Q6_K>   : CodeBitsOf<6, false> {};
+template <> struct CodeBits<IQ4_NL> : CodeBitsOf<8, true>  {};
+template <> struct CodeBits<IQ4_XS> : CodeBitsOf<8, true>  {};
+template <> struct CodeBits<MXFP4>  : CodeBitsOf<7, true>  {};
+
+// Groups 2h and 2h+1 share scale s and offset o.
+GQ_HD void set_pair(Codes& r, int h, float s, float o) {
+  r.s[2 * h] = r.s[2 * h + 1] = s;
+  r.o[2 * h] = r.o[2 * h + 1] = o;
+}
 
 // Zero the second block's groups of a half unit (K % 64 == 32).
 GQ_HD void zero_hi(Codes& r) {
@@ -177,98 +167,91 @@ GQ_HD void zero_hi(Codes& r) {
   r.s[2] = r.s[3] = r.o[2] = r.o[3] = 0.f;
 }
 
-// block_q4_0 { ggml_half d; uint8_t qs[16]; }: byte j holds element j (low nibble) and j+16
-// (high nibble); x = d * (q - 8).
-template <> struct CodeBits<Q4_0> { static constexpr bool PAIRED = true; static constexpr int BITS = 4; };
-template <>
-GQ_HD void decode_codes<Q4_0>(const uint8_t* row, int u, int p, bool full, Codes& r) {
+// The Q4_0 nibble layout (also Q4_1, Q5_*, IQ4_NL, MXFP4 and the IQ4_XS sub-blocks): byte j of
+// qs holds element j (low nibble) and j+16 (high nibble). w = qs bytes 4p..4p+3 gives the codes
+// of elements 4p.. (c0) and 16+4p.. (c1).
+GQ_HD void nibbles(uint32_t w, uint32_t& c0, uint32_t& c1) {
+  c0 = nib_lo4(w);
+  c1 = nib_hi4(w);
+}
+
+// Q5_0 / Q5_1: the fifth bit of element e is bit e of qh (read as little-endian uint32); w and p
+// as for nibbles().
+GQ_HD void nibbles_q5(uint32_t w, uint32_t qh, int p, uint32_t& c0, uint32_t& c1) {
+  c0 = nib_lo4(w) | spread4_to_bit4((qh >> (4 * p)) & 0xF);
+  c1 = nib_hi4(w) | spread4_to_bit4((qh >> (16 + 4 * p)) & 0xF);
+}
+
+// The 32-element types: a unit is blocks 2u and 2u+1; block h gives groups 2h and 2h+1, which
+// share one scale s and offset o.
+template <int T>
+GQ_HD void decode_codes(const uint8_t* row, int u, int p, bool full, Codes& r) {
+  static_assert(Traits<T>::BLOCK == 32, "the 256-element types specialise decode_codes");
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (h == 1 && !full) { zero_hi(r); break; }
-    const uint8_t* b = row + (2 * u + h) * 18;
-    const float d = f16_at(b);
-    const uint32_t w = u32_a2(b + 2 + 4 * p);
-    r.c[2 * h] = w & 0x0F0F0F0Fu;
-    r.c[2 * h + 1] = (w >> 4) & 0x0F0F0F0Fu;
-    r.s[2 * h] = r.s[2 * h + 1] = d;
-    r.o[2 * h] = r.o[2 * h + 1] = -8.f * d;
+    const uint8_t* b = row + (2 * u + h) * Traits<T>::BYTES;
+    uint32_t c0, c1;
+    float s, o;
+    if constexpr (T == Q4_0) {
+      // block_q4_0 { ggml_half d; uint8_t qs[16]; }: x = d * (q - 8).
+      s = f16_at(b);
+      nibbles(u32_a2(b + 2 + 4 * p), c0, c1);
+      o = -8.f * s;
+    } else if constexpr (T == Q4_1) {
+      // block_q4_1 { ggml_half d; ggml_half m; uint8_t qs[16]; }: x = d * q + m.
+      s = f16_at(b);
+      o = f16_at(b + 2);
+      nibbles(u32_a4(b + 4 + 4 * p), c0, c1);
+    } else if constexpr (T == Q5_0) {
+      // block_q5_0 { ggml_half d; uint8_t qh[4]; uint8_t qs[16]; }: x = d * (q - 16).
+      s = f16_at(b);
+      const uint32_t qh = u32_a2(b + 2);
+      nibbles_q5(u32_a2(b + 6 + 4 * p), qh, p, c0, c1);
+      o = -16.f * s;
+    } else if constexpr (T == Q5_1) {
+      // block_q5_1 { ggml_half d; ggml_half m; uint8_t qh[4]; uint8_t qs[16]; }: x = d * q + m.
+      s = f16_at(b);
+      o = f16_at(b + 2);
+      const uint32_t qh = u32_a4(b + 4);
+      nibbles_q5(u32_a4(b + 8 + 4 * p), qh, p, c0, c1);
+    } else if constexpr (T == Q8_0) {
+      // block_q8_0 { ggml_half d; int8_t qs[32]; }: x = d * q (code = q + 128).
+      s = f16_at(b);
+      c0 = u32_a2(b + 2 + 4 * p) ^ 0x80808080u;
+      c1 = u32_a2(b + 18 + 4 * p) ^ 0x80808080u;
+      o = -128.f * s;
+    } else if constexpr (T == IQ4_NL) {
+      // block_iq4_nl { ggml_half d; uint8_t qs[16]; }: x = d * kvalues_iq4nl[q] (code = kvalue + 128).
+      s = f16_at(b);
+      const uint32_t w = u32_a2(b + 2 + 4 * p);
+      c0 = iq4_codes(nib_lo4(w));
+      c1 = iq4_codes(nib_hi4(w));
+      o = -128.f * s;
+    } else if constexpr (T == MXFP4) {
+      // block_mxfp4 { uint8_t e; uint8_t qs[16]; }: x = kvalues_mxfp4[q] * 2^(e-128) (code = kvalue
+      // + 64, from a table holding kvalues_mxfp4 + 64, so codes fit 7 bits).
+      s = e8m0_half(b[0]);
+      const uint32_t w = u32_a1(b + 1 + 4 * p);
+      c0 = lut16(nib_lo4(w), FP4P_T0, FP4P_T1, FP4P_T2, FP4P_T3);
+      c1 = lut16(nib_hi4(w), FP4P_T0, FP4P_T1, FP4P_T2, FP4P_T3);
+      o = -64.f * s;
+    }
+    r.c[2 * h] = c0;
+    r.c[2 * h + 1] = c1;
+    set_pair(r, h, s, o);
   }
 }
 
-// block_q4_1 { ggml_half d; ggml_half m; uint8_t qs[16]; }: x = d * q + m.
-template <> struct CodeBits<Q4_1> { static constexpr bool PAIRED = true; static constexpr int BITS = 4; };
-template <>
-GQ_HD void decode_codes<Q4_1>(const uint8_t* row, int u, int p, bool full, Codes& r) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !full) { zero_hi(r); break; }
-    const uint8_t* b = row + (2 * u + h) * 20;
-    const float d = f16_at(b), m = f16_at(b + 2);
-    const uint32_t w = u32_a4(b + 4 + 4 * p);
-    r.c[2 * h] = w & 0x0F0F0F0Fu;
-    r.c[2 * h + 1] = (w >> 4) & 0x0F0F0F0Fu;
-    r.s[2 * h] = r.s[2 * h + 1] = d;
-    r.o[2 * h] = r.o[2 * h + 1] = m;
-  }
-}
-
-// block_q5_0 { ggml_half d; uint8_t qh[4]; uint8_t qs[16]; }: the fifth bit of element e is
-// bit e of qh (read as little-endian uint32); x = d * (q - 16).
-template <> struct CodeBits<Q5_0> { static constexpr bool PAIRED = true; static constexpr int BITS = 5; };
-template <>
-GQ_HD void decode_codes<Q5_0>(const uint8_t* row, int u, int p, bool full, Codes& r) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !full) { zero_hi(r); break; }
-    const uint8_t* b = row + (2 * u + h) * 22;
-    const float d = f16_at(b);
-    const uint32_t qh = u32_a2(b + 2);
-    const uint32_t w = u32_a2(b + 6 + 4 * p);
-    r.c[2 * h] = (w & 0x0F0F0F0Fu) | spread4_to_bit4((qh >> (4 * p)) & 0xF);
-    r.c[2 * h + 1] = ((w >> 4) & 0x0F0F0F0Fu) | spread4_to_bit4((qh >> (16 + 4 * p)) & 0xF);
-    r.s[2 * h] = r.s[2 * h + 1] = d;
-    r.o[2 * h] = r.o[2 * h + 1] = -16.f * d;
-  }
-}
-
-// block_q5_1 { ggml_half d; ggml_half m; uint8_t qh[4]; uint8_t qs[16]; }: x = d * q + m.
-template <> struct CodeBits<Q5_1> { static constexpr bool PAIRED = true; static constexpr int BITS = 5; };
-template <>
-GQ_HD void decode_codes<Q5_1>(const uint8_t* row, int u, int p, bool full, Codes& r) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !full) { zero_hi(r); break; }
-    const uint8_t* b = row + (2 * u + h) * 24;
-    const float d = f16_at(b), m = f16_at(b + 2);
-    const uint32_t qh = u32_a4(b + 4);
-    const uint32_t w = u32_a4(b + 8 + 4 * p);
-    r.c[2 * h] = (w & 0x0F0F0F0Fu) | spread4_to_bit4((qh >> (4 * p)) & 0xF);
-    r.c[2 * h + 1] = ((w >> 4) & 0x0F0F0F0Fu) | spread4_to_bit4((qh >> (16 + 4 * p)) & 0xF);
-    r.s[2 * h] = r.s[2 * h + 1] = d;
-    r.o[2 * h] = r.o[2 * h + 1] = m;
-  }
-}
-
-// block_q8_0 { ggml_half d; int8_t qs[32]; }: x = d * q (code = q + 128).
-template <> struct CodeBits<Q8_0> { static constexpr bool PAIRED = true; static constexpr int BITS = 8; };
-template <>
-GQ_HD void decode_codes<Q8_0>(const uint8_t* row, int u, int p, bool full, Codes& r) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !full) { zero_hi(r); break; }
-    const uint8_t* b = row + (2 * u + h) * 34;
-    const float d = f16_at(b);
-    r.c[2 * h] = u32_a2(b + 2 + 4 * p) ^ 0x80808080u;
-    r.c[2 * h + 1] = u32_a2(b + 18 + 4 * p) ^ 0x80808080u;
-    r.s[2 * h] = r.s[2 * h + 1] = d;
-    r.o[2 * h] = r.o[2 * h + 1] = -128.f * d;
-  }
+// Q2_K / Q3_K qs layout: element e = 128n + 32j + l (n < 2, j < 4, l < 32) is bits 2j..2j+1 of
+// qs[32n + l]. A / B: qs bytes 32n + 4p.. / 32n + 16 + 4p..; group q has j = j0 + q/2 and takes
+// its codes from A (q even) or B (q odd).
+GQ_HD uint32_t qs2_codes(uint32_t A, uint32_t B, int j, int q) {
+  return (((q & 1) ? B : A) >> (2 * j)) & 0x03030303u;
 }
 
 // block_q2_K { uint8_t scales[16]; uint8_t qs[64]; ggml_half d; ggml_half dmin; }:
-// element e = 128n + 32j + l (n < 2, j < 4, l < 32) is bits 2j..2j+1 of qs[32n + l];
 // scales[e / 16] holds the scale (low nibble) and min (high nibble): x = d*sc*q - dmin*m.
-template <> struct CodeBits<Q2_K> { static constexpr bool PAIRED = false; static constexpr int BITS = 2; };
 template <>
 GQ_HD void decode_codes<Q2_K>(const uint8_t* row, int u, int p, bool, Codes& r) {
   const uint8_t* b = row + (u >> 2) * 84;
@@ -279,7 +262,7 @@ GQ_HD void decode_codes<Q2_K>(const uint8_t* row, int u, int p, bool, Codes& r) 
   const uint32_t sc4 = u32_a4(b + 4 * uu);  // scales of groups 4uu .. 4uu+3
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    r.c[q] = (((q & 1) ? B : A) >> (2 * (j0 + (q >> 1)))) & 0x03030303u;
+    r.c[q] = qs2_codes(A, B, j0 + (q >> 1), q);
     const uint32_t sc = (sc4 >> (8 * q)) & 0xFF;
     r.s[q] = d * (float)(sc & 15);
     r.o[q] = -(dmin * (float)(sc >> 4));
@@ -287,9 +270,8 @@ GQ_HD void decode_codes<Q2_K>(const uint8_t* row, int u, int p, bool, Codes& r) 
 }
 
 // block_q3_K { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; ggml_half d; }:
-// element e = 128n + 32j + l: low two bits = bits 2j.. of qs[32n + l], third bit = bit
-// 4n + j of hmask[l] (set means +0, clear means -4); 6-bit scales (scale_q3k) minus 32.
-template <> struct CodeBits<Q3_K> { static constexpr bool PAIRED = false; static constexpr int BITS = 3; };
+// element e = 128n + 32j + l: low two bits from qs as Q2_K, third bit = bit 4n + j of hmask[l]
+// (set means +0, clear means -4); 6-bit scales (scale_q3k) minus 32.
 template <>
 GQ_HD void decode_codes<Q3_K>(const uint8_t* row, int u, int p, bool, Codes& r) {
   const uint8_t* b = row + (u >> 2) * 110;
@@ -302,7 +284,7 @@ GQ_HD void decode_codes<Q3_K>(const uint8_t* row, int u, int p, bool, Codes& r) 
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     const int j = j0 + (q >> 1);
-    const uint32_t lo2 = (((q & 1) ? B : A) >> (2 * j)) & 0x03030303u;
+    const uint32_t lo2 = qs2_codes(A, B, j, q);
     const uint32_t hb = ((((q & 1) ? HB : HA) >> (4 * n + j)) & 0x01010101u) << 2;
     r.c[q] = lo2 | hb;
     const float dl = d * scale_q3k(4 * uu + q, b + 96);
@@ -311,57 +293,57 @@ GQ_HD void decode_codes<Q3_K>(const uint8_t* row, int u, int p, bool, Codes& r) 
   }
 }
 
-// block_q4_K { ggml_half d; ggml_half dmin; uint8_t scales[12]; uint8_t qs[128]; }:
-// element e = 64c + 32h + l is nibble h of qs[32c + l], sub-block s = 2c + h with 6-bit
-// scale/min from scale_min_k4: x = d*sc*q - dmin*m.
-template <> struct CodeBits<Q4_K> { static constexpr bool PAIRED = true; static constexpr int BITS = 4; };
+// Q4_K / Q5_K: element e = 64c + 32h + l is nibble h of qs[32c + l] (A / B: qs bytes 32c + 4p.. /
+// 32c + 16 + 4p..: groups 0, 1 are their low nibbles, groups 2, 3 the high ones), sub-block 2c + h
+// with the 6-bit scale / min of scale_min_k4_pair: x = d*sc*q - dmin*m.
+GQ_HD void k4_header(const uint8_t* b, int c, float& d, float& dmin, float& sc0, float& mn0, float& sc1, float& mn1) {
+  d = f16_at(b);
+  dmin = f16_at(b + 2);
+  scale_min_k4_pair(c, b + 4, sc0, mn0, sc1, mn1);
+}
+GQ_HD void k4_scales(float d, float dmin, float sc0, float mn0, float sc1, float mn1, Codes& r) {
+  set_pair(r, 0, d * sc0, -(dmin * mn0));
+  set_pair(r, 1, d * sc1, -(dmin * mn1));
+}
+
+// block_q4_K { ggml_half d; ggml_half dmin; uint8_t scales[12]; uint8_t qs[128]; }.
 template <>
 GQ_HD void decode_codes<Q4_K>(const uint8_t* row, int u, int p, bool, Codes& r) {
   const uint8_t* b = row + (u >> 2) * 144;
   const int c = u & 3;
-  const float d = f16_at(b), dmin = f16_at(b + 2);
-  float sc0, mn0, sc1, mn1;
-  scale_min_k4_pair(c, b + 4, sc0, mn0, sc1, mn1);
+  float d, dmin, sc0, mn0, sc1, mn1;
+  k4_header(b, c, d, dmin, sc0, mn0, sc1, mn1);
   const uint32_t A = u32_a4(b + 16 + 32 * c + 4 * p);
   const uint32_t B = u32_a4(b + 16 + 32 * c + 16 + 4 * p);
-  r.c[0] = A & 0x0F0F0F0Fu;
-  r.c[1] = B & 0x0F0F0F0Fu;
-  r.c[2] = (A >> 4) & 0x0F0F0F0Fu;
-  r.c[3] = (B >> 4) & 0x0F0F0F0Fu;
-  r.s[0] = r.s[1] = d * sc0;
-  r.o[0] = r.o[1] = -(dmin * mn0);
-  r.s[2] = r.s[3] = d * sc1;
-  r.o[2] = r.o[3] = -(dmin * mn1);
+  r.c[0] = nib_lo4(A);
+  r.c[1] = nib_lo4(B);
+  r.c[2] = nib_hi4(A);
+  r.c[3] = nib_hi4(B);
+  k4_scales(d, dmin, sc0, mn0, sc1, mn1, r);
 }
 
 // block_q5_K { ggml_half d; ggml_half dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; }:
 // as Q4_K, plus fifth bit of element 64c + 32h + l = bit (2c + h) of qh[l].
-template <> struct CodeBits<Q5_K> { static constexpr bool PAIRED = true; static constexpr int BITS = 5; };
 template <>
 GQ_HD void decode_codes<Q5_K>(const uint8_t* row, int u, int p, bool, Codes& r) {
   const uint8_t* b = row + (u >> 2) * 176;
   const int c = u & 3;
-  const float d = f16_at(b), dmin = f16_at(b + 2);
-  float sc0, mn0, sc1, mn1;
-  scale_min_k4_pair(c, b + 4, sc0, mn0, sc1, mn1);
+  float d, dmin, sc0, mn0, sc1, mn1;
+  k4_header(b, c, d, dmin, sc0, mn0, sc1, mn1);
   const uint32_t QA = u32_a4(b + 16 + 4 * p), QB = u32_a4(b + 32 + 4 * p);
   const uint32_t A = u32_a4(b + 48 + 32 * c + 4 * p);
   const uint32_t B = u32_a4(b + 48 + 32 * c + 16 + 4 * p);
   const int s0 = 2 * c, s1 = 2 * c + 1;
-  r.c[0] = (A & 0x0F0F0F0Fu) | (((QA >> s0) & 0x01010101u) << 4);
-  r.c[1] = (B & 0x0F0F0F0Fu) | (((QB >> s0) & 0x01010101u) << 4);
-  r.c[2] = ((A >> 4) & 0x0F0F0F0Fu) | (((QA >> s1) & 0x01010101u) << 4);
-  r.c[3] = ((B >> 4) & 0x0F0F0F0Fu) | (((QB >> s1) & 0x01010101u) << 4);
-  r.s[0] = r.s[1] = d * sc0;
-  r.o[0] = r.o[1] = -(dmin * mn0);
-  r.s[2] = r.s[3] = d * sc1;
-  r.o[2] = r.o[3] = -(dmin * mn1);
+  r.c[0] = nib_lo4(A) | (((QA >> s0) & 0x01010101u) << 4);
+  r.c[1] = nib_lo4(B) | (((QB >> s0) & 0x01010101u) << 4);
+  r.c[2] = nib_hi4(A) | (((QA >> s1) & 0x01010101u) << 4);
+  r.c[3] = nib_hi4(B) | (((QB >> s1) & 0x01010101u) << 4);
+  k4_scales(d, dmin, sc0, mn0, sc1, mn1, r);
 }
 
 // block_q6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; ggml_half d; }:
 // in half n (128 elements), quarter t, position l < 32: low nibble source ql[64n + 32(t&1) + l]
 // (high nibble when t >= 2), two high bits = bits 2t.. of qh[32n + l]; x = d * sc[e/16] * (q - 32).
-template <> struct CodeBits<Q6_K> { static constexpr bool PAIRED = false; static constexpr int BITS = 6; };
 template <>
 GQ_HD void decode_codes<Q6_K>(const uint8_t* row, int u, int p, bool, Codes& r) {
   const uint8_t* b = row + (u >> 2) * 210;
@@ -371,7 +353,7 @@ GQ_HD void decode_codes<Q6_K>(const uint8_t* row, int u, int p, bool, Codes& r) 
   for (int q = 0; q < 4; ++q) {
     const uint32_t L = u32_a2(b + 64 * n + 16 * q + 4 * p);
     const uint32_t H = u32_a2(b + 128 + 32 * n + 16 * (q & 1) + 4 * p);
-    const uint32_t nib = (hi ? (L >> 4) : L) & 0x0F0F0F0Fu;
+    const uint32_t nib = nib_lo4(hi ? (L >> 4) : L);
     const uint32_t hb = ((H >> (4 * hi + 2 * (q >> 1))) & 0x03030303u) << 4;
     r.c[q] = nib | hb;
     const float dl = d * (float)(int8_t)b[192 + 4 * uu + q];
@@ -380,28 +362,9 @@ GQ_HD void decode_codes<Q6_K>(const uint8_t* row, int u, int p, bool, Codes& r) 
   }
 }
 
-// block_iq4_nl { ggml_half d; uint8_t qs[16]; }: Q4_0 nibble layout, x = d * kvalues_iq4nl[q]
-// (code = kvalue + 128).
-template <> struct CodeBits<IQ4_NL> { static constexpr bool PAIRED = true; static constexpr int BITS = 8; };
-template <>
-GQ_HD void decode_codes<IQ4_NL>(const uint8_t* row, int u, int p, bool full, Codes& r) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !full) { zero_hi(r); break; }
-    const uint8_t* b = row + (2 * u + h) * 18;
-    const float d = f16_at(b);
-    const uint32_t w = u32_a2(b + 2 + 4 * p);
-    r.c[2 * h] = lut16(w & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
-    r.c[2 * h + 1] = lut16((w >> 4) & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
-    r.s[2 * h] = r.s[2 * h + 1] = d;
-    r.o[2 * h] = r.o[2 * h + 1] = -128.f * d;
-  }
-}
-
 // block_iq4_xs { ggml_half d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; }:
-// sub-block ib (32 elements): qs[16ib + j] holds element j (low nibble) and j + 16 (high);
-// 6-bit scale ls = scales_l nibble | 2 bits of scales_h; x = d * (ls - 32) * kvalues_iq4nl[q].
-template <> struct CodeBits<IQ4_XS> { static constexpr bool PAIRED = true; static constexpr int BITS = 8; };
+// sub-block ib (32 elements): qs[16ib..] in the Q4_0 nibble layout; 6-bit scale ls = scales_l
+// nibble | 2 bits of scales_h; x = d * (ls - 32) * kvalues_iq4nl[q].
 template <>
 GQ_HD void decode_codes<IQ4_XS>(const uint8_t* row, int u, int p, bool, Codes& r) {
   const uint8_t* b = row + (u >> 2) * 136;
@@ -413,37 +376,13 @@ GQ_HD void decode_codes<IQ4_XS>(const uint8_t* row, int u, int p, bool, Codes& r
   const float d1 = d * (float)((int)((sl >> 4) | (((sh >> (4 * c + 2)) & 3) << 4)) - 32);
   const uint32_t A = u32_a4(b + 8 + 32 * c + 4 * p);
   const uint32_t B = u32_a4(b + 8 + 32 * c + 16 + 4 * p);
-  r.c[0] = lut16(A & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
-  r.c[1] = lut16((A >> 4) & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
-  r.c[2] = lut16(B & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
-  r.c[3] = lut16((B >> 4) & 0x0F0F0F0Fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u;
-  r.s[0] = r.s[1] = d0;
-  r.o[0] = r.o[1] = -128.f * d0;
-  r.s[2] = r.s[3] = d1;
-  r.o[2] = r.o[3] = -128.f * d1;
+  r.c[0] = iq4_codes(nib_lo4(A));
+  r.c[1] = iq4_codes(nib_hi4(A));
+  r.c[2] = iq4_codes(nib_lo4(B));
+  r.c[3] = iq4_codes(nib_hi4(B));
+  set_pair(r, 0, d0, -128.f * d0);
+  set_pair(r, 1, d1, -128.f * d1);
 }
-
-// block_mxfp4 { uint8_t e; uint8_t qs[16]; }: Q4_0 nibble layout, x = kvalues_mxfp4[q] * 2^(e-128)
-// (code = kvalue + 64, from a table holding kvalues_mxfp4 + 64, so codes fit 7 bits).
-constexpr uint32_t FP4P_T0 = 0x43424140u, FP4P_T1 = 0x4C484644u, FP4P_T2 = 0x3D3E3F40u, FP4P_T3 = 0x34383A3Cu;
-template <> struct CodeBits<MXFP4> { static constexpr bool PAIRED = true; static constexpr int BITS = 7; };
-template <>
-GQ_HD void decode_codes<MXFP4>(const uint8_t* row, int u, int p, bool full, Codes& r) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !full) { zero_hi(r); break; }
-    const uint8_t* b = row + (2 * u + h) * 17;
-    const float d = e8m0_half(b[0]);
-    const uint32_t w = u32_a1(b + 1 + 4 * p);
-    r.c[2 * h] = lut16(w & 0x0F0F0F0Fu, FP4P_T0, FP4P_T1, FP4P_T2, FP4P_T3);
-    r.c[2 * h + 1] = lut16((w >> 4) & 0x0F0F0F0Fu, FP4P_T0, FP4P_T1, FP4P_T2, FP4P_T3);
-    r.s[2 * h] = r.s[2 * h + 1] = d;
-    r.o[2 * h] = r.o[2 * h + 1] = -64.f * d;
-  }
-}
-
-// Unsigned byte i of w as an exact float (0x4B0000bb is 2^23 + bb).
-GQ_HD float ubyte0(uint32_t w, int i) { return as_float(perm(w, 0x4B000000u, 0x7540u | (uint32_t)i)) - 8388608.0f; }
 
 // fp32 values: v[4q + i] = element 64u + 16q + 4p + i (correctly rounded s*code + o, which
 // equals ggml's d * (q - offset) etc. bit for bit).
@@ -454,7 +393,7 @@ GQ_HD void decode(const uint8_t* row, int u, int p, bool full, float (&v)[16]) {
 #pragma unroll
   for (int q = 0; q < 4; ++q)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) v[4 * q + i] = fmaf(r.s[q], ubyte0(r.c[q], i), r.o[q]);
+    for (int i = 0; i < 4; ++i) v[4 * q + i] = fmaf(r.s[q], ubyte(r.c[q], i), r.o[q]);
 }
 
 }  // namespace gq

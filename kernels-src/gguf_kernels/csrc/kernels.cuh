@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "ggml_blocks.cuh"
 #include "launch.h"
@@ -14,35 +15,51 @@ namespace gq {
 
 // ---- activation / output element helpers -----------------------------------------------------
 
-template <typename XT> struct XIO;
-
-template <> struct XIO<__nv_bfloat16> {
-  static __device__ __forceinline__ void load4(const __nv_bfloat16* p, float (&f)[4]) {
-    const uint2 r = __ldg(reinterpret_cast<const uint2*>(p));
-    f[0] = __uint_as_float(r.x << 16); f[1] = __uint_as_float(r.x & 0xFFFF0000u);
-    f[2] = __uint_as_float(r.y << 16); f[3] = __uint_as_float(r.y & 0xFFFF0000u);
-  }
-  static __device__ __forceinline__ void store4(__nv_bfloat16* p, const float* f) {
-    __nv_bfloat162 a = __floats2bfloat162_rn(f[0], f[1]), b = __floats2bfloat162_rn(f[2], f[3]);
-    uint2 r; r.x = *reinterpret_cast<uint32_t*>(&a); r.y = *reinterpret_cast<uint32_t*>(&b);
-    *reinterpret_cast<uint2*>(p) = r;
-  }
-  static __device__ __forceinline__ __nv_bfloat16 cvt(float f) { return __float2bfloat16_rn(f); }
+// The 16-bit element types: T2, the packed pair; rn / rn2, float -> one / a pair, round to
+// nearest; CODE_EXP, the exponent byte under which a byte code c in the mantissa reads as
+// BASE + c exactly (bf16 0x43xx = 128 + c for c < 128; fp16 0x64xx = 1024 + c for c < 256),
+// hence CODE_BITS.
+template <typename XT> struct Half16;
+template <> struct Half16<__nv_bfloat16> {
+  using T2 = __nv_bfloat162;
+  static constexpr uint32_t CODE_EXP = 0x43u;
+  static constexpr int CODE_BITS = 7;
+  static __device__ __forceinline__ __nv_bfloat16 rn(float f) { return __float2bfloat16_rn(f); }
+  static __device__ __forceinline__ T2 rn2(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
+};
+template <> struct Half16<__half> {
+  using T2 = __half2;
+  static constexpr uint32_t CODE_EXP = 0x64u;
+  static constexpr int CODE_BITS = 8;
+  static __device__ __forceinline__ __half rn(float f) { return __float2half_rn(f); }
+  static __device__ __forceinline__ T2 rn2(float lo, float hi) { return __floats2half2_rn(lo, hi); }
 };
 
-template <> struct XIO<__half> {
-  static __device__ __forceinline__ void load4(const __half* p, float (&f)[4]) {
+// Two floats -> the 32-bit word of an XT pair (lo in the low half).
+template <typename XT>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  typename Half16<XT>::T2 h = Half16<XT>::rn2(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// Four elements of x / out at a time (8- or 16-byte aligned), converted from / to fp32.
+template <typename XT> struct XIO {  // bf16, fp16
+  static __device__ __forceinline__ void load4(const XT* p, float (&f)[4]) {
     const uint2 r = __ldg(reinterpret_cast<const uint2*>(p));
-    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&r.x));
-    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
-    f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
+    if constexpr (std::is_same<XT, __nv_bfloat16>::value) {
+      f[0] = __uint_as_float(r.x << 16); f[1] = __uint_as_float(r.x & 0xFFFF0000u);
+      f[2] = __uint_as_float(r.y << 16); f[3] = __uint_as_float(r.y & 0xFFFF0000u);
+    } else {
+      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&r.x));
+      const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
+      f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
+    }
   }
-  static __device__ __forceinline__ void store4(__half* p, const float* f) {
-    __half2 a = __floats2half2_rn(f[0], f[1]), b = __floats2half2_rn(f[2], f[3]);
-    uint2 r; r.x = *reinterpret_cast<uint32_t*>(&a); r.y = *reinterpret_cast<uint32_t*>(&b);
+  static __device__ __forceinline__ void store4(XT* p, const float* f) {
+    uint2 r; r.x = pack2<XT>(f[0], f[1]); r.y = pack2<XT>(f[2], f[3]);
     *reinterpret_cast<uint2*>(p) = r;
   }
-  static __device__ __forceinline__ __half cvt(float f) { return __float2half_rn(f); }
+  static __device__ __forceinline__ XT cvt(float f) { return Half16<XT>::rn(f); }
 };
 
 template <> struct XIO<float> {
@@ -277,71 +294,37 @@ __global__ void __launch_bounds__(256) gemv_kernel(const GemvArgs a) {
 // activations (one 8-byte load), no shuffles. All lanes of a warp work on the same unit, so
 // the per-type scale decoding is uniform (no divergence).
 
-template <typename XT> struct Mma;
-template <> struct Mma<__nv_bfloat16> {
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
-  static __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-};
-template <> struct Mma<__half> {
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
-  static __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-};
+// d += A * B on one m16n8k16 tile, XT inputs, fp32 accumulators.
+#define GQ_MMA_M16N8K16(AB)                                                                                   \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." AB "." AB ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, " \
+               "{%0,%1,%2,%3};\n"                                                                         \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                            \
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+template <typename XT>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same<XT, __nv_bfloat16>::value) GQ_MMA_M16N8K16("bf16");
+  else GQ_MMA_M16N8K16("f16");
+}
+#undef GQ_MMA_M16N8K16
 
 // Four byte codes (each < 2^BITS) -> two pairs of s*code + o in XT, for the A fragments:
-// lo = elements {0, 1}, hi = elements {2, 3}. The code is placed in the mantissa under a
-// fixed exponent (bf16 0x43xx = 128 + code for 7-bit codes; fp16 0x64xx = 1024 + code for
-// 8-bit ones), the base is subtracted exactly, then one fused multiply-add applies the scale.
-template <typename XT, int BITS> struct PairConv { static constexpr bool OK = false; };
-template <int BITS> struct PairConv<__nv_bfloat16, BITS> {
-  static constexpr bool OK = BITS <= 7;
-  static __device__ __forceinline__ uint32_t bcast(float v) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(v, v);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
+// lo = elements {0, 1}, hi = elements {2, 3}. The code is placed in the mantissa under the
+// fixed exponent Half16<XT>::CODE_EXP, the base is subtracted exactly, then one fused
+// multiply-add applies the scale.
+template <typename XT, int BITS> struct PairConv {
+  using H = Half16<XT>;
+  using T2 = typename H::T2;
+  static constexpr bool OK = BITS <= H::CODE_BITS;
+  static __device__ __forceinline__ uint32_t bcast(float v) { return pack2<XT>(v, v); }
   static __device__ __forceinline__ void run(uint32_t c, uint32_t s2, uint32_t o2, uint32_t& lo, uint32_t& hi) {
-    const uint32_t vlo = __byte_perm(c, 0x43434343u, 0x4140), vhi = __byte_perm(c, 0x43434343u, 0x4342);
-    const uint32_t base = 0x43004300u;  // bf16 {128, 128}
-    const __nv_bfloat162 S = *reinterpret_cast<const __nv_bfloat162*>(&s2), O = *reinterpret_cast<const __nv_bfloat162*>(&o2);
-    const __nv_bfloat162 B = *reinterpret_cast<const __nv_bfloat162*>(&base);
-    __nv_bfloat162 rl = __hfma2(__hsub2(*reinterpret_cast<const __nv_bfloat162*>(&vlo), B), S, O);
-    __nv_bfloat162 rh = __hfma2(__hsub2(*reinterpret_cast<const __nv_bfloat162*>(&vhi), B), S, O);
-    lo = *reinterpret_cast<uint32_t*>(&rl);
-    hi = *reinterpret_cast<uint32_t*>(&rh);
-  }
-};
-template <int BITS> struct PairConv<__half, BITS> {
-  static constexpr bool OK = BITS <= 8;
-  static __device__ __forceinline__ uint32_t bcast(float v) {
-    __half2 h = __floats2half2_rn(v, v);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
-  static __device__ __forceinline__ void run(uint32_t c, uint32_t s2, uint32_t o2, uint32_t& lo, uint32_t& hi) {
-    const uint32_t vlo = __byte_perm(c, 0x64646464u, 0x4140), vhi = __byte_perm(c, 0x64646464u, 0x4342);
-    const uint32_t base = 0x64006400u;  // fp16 {1024, 1024}
-    const __half2 S = *reinterpret_cast<const __half2*>(&s2), O = *reinterpret_cast<const __half2*>(&o2);
-    const __half2 B = *reinterpret_cast<const __half2*>(&base);
-    __half2 rl = __hfma2(__hsub2(*reinterpret_cast<const __half2*>(&vlo), B), S, O);
-    __half2 rh = __hfma2(__hsub2(*reinterpret_cast<const __half2*>(&vhi), B), S, O);
+    constexpr uint32_t E = H::CODE_EXP * 0x01010101u;
+    const uint32_t vlo = __byte_perm(c, E, 0x4140), vhi = __byte_perm(c, E, 0x4342);
+    const uint32_t base = H::CODE_EXP * 0x01000100u;  // {BASE, BASE}
+    const T2 S = *reinterpret_cast<const T2*>(&s2), O = *reinterpret_cast<const T2*>(&o2);
+    const T2 B = *reinterpret_cast<const T2*>(&base);
+    T2 rl = __hfma2(__hsub2(*reinterpret_cast<const T2*>(&vlo), B), S, O);
+    T2 rh = __hfma2(__hsub2(*reinterpret_cast<const T2*>(&vhi), B), S, O);
     lo = *reinterpret_cast<uint32_t*>(&rl);
     hi = *reinterpret_cast<uint32_t*>(&rh);
   }
@@ -526,7 +509,7 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs a) {
               PairConv<XT, CodeBits<T>::BITS>::run(cg.c[q], sg[q], og[q], a0, a2);
               PairConv<XT, CodeBits<T>::BITS>::run(cg8.c[q], sg8[q], og8[q], a1, a3);
 #pragma unroll
-              for (int t = 0; t < NT; ++t) Mma<XT>::mma(acc[t][q], a0, a1, a2, a3, xv[t][q].x, xv[t][q].y);
+              for (int t = 0; t < NT; ++t) mma_m16n8k16<XT>(acc[t][q], a0, a1, a2, a3, xv[t][q].x, xv[t][q].y);
             }
           }
         } else {
@@ -537,12 +520,12 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs a) {
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             if (q < 2 || full) {
-              const uint32_t a0 = Mma<XT>::pack(vg[4 * q], vg[4 * q + 1]);
-              const uint32_t a1 = Mma<XT>::pack(vg8[4 * q], vg8[4 * q + 1]);
-              const uint32_t a2 = Mma<XT>::pack(vg[4 * q + 2], vg[4 * q + 3]);
-              const uint32_t a3 = Mma<XT>::pack(vg8[4 * q + 2], vg8[4 * q + 3]);
+              const uint32_t a0 = pack2<XT>(vg[4 * q], vg[4 * q + 1]);
+              const uint32_t a1 = pack2<XT>(vg8[4 * q], vg8[4 * q + 1]);
+              const uint32_t a2 = pack2<XT>(vg[4 * q + 2], vg[4 * q + 3]);
+              const uint32_t a3 = pack2<XT>(vg8[4 * q + 2], vg8[4 * q + 3]);
 #pragma unroll
-              for (int t = 0; t < NT; ++t) Mma<XT>::mma(acc[t][q], a0, a1, a2, a3, xv[t][q].x, xv[t][q].y);
+              for (int t = 0; t < NT; ++t) mma_m16n8k16<XT>(acc[t][q], a0, a1, a2, a3, xv[t][q].x, xv[t][q].y);
             }
           }
         }
@@ -587,35 +570,32 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs a) {
 
 // ---- launchers -------------------------------------------------------------------------------
 
+// Returns f(Tag<XT>{}) for the element type XT that t names.
+template <typename F>
+cudaError_t with_xt(DType t, F&& f) {
+  if (t == DType::BF16) return f(Tag<__nv_bfloat16>{});
+  if (t == DType::F16) return f(Tag<__half>{});
+  return f(Tag<float>{});
+}
+
 template <int T>
 cudaError_t launch_gemv(const GemvArgs& a, DType xt, int mt, int64_t grid_x, cudaStream_t stream) {
   if (grid_x <= 0 || a.N <= 0) return cudaSuccess;
   const dim3 grid((unsigned)grid_x, (unsigned)((a.N + GEMV_ROWS_PER_CTA - 1) / GEMV_ROWS_PER_CTA));
   const dim3 block(256);
-#define GQ_GEMV_CASE(MT_, XT_) gemv_kernel<T, MT_, XT_><<<grid, block, 0, stream>>>(a)
-  if (mt == 1) {
-    if (xt == DType::BF16) GQ_GEMV_CASE(1, __nv_bfloat16);
-    else if (xt == DType::F16) GQ_GEMV_CASE(1, __half);
-    else GQ_GEMV_CASE(1, float);
-  } else {
-    if (xt == DType::BF16) GQ_GEMV_CASE(GEMV_MT, __nv_bfloat16);
-    else if (xt == DType::F16) GQ_GEMV_CASE(GEMV_MT, __half);
-    else GQ_GEMV_CASE(GEMV_MT, float);
-  }
-#undef GQ_GEMV_CASE
-  return cudaGetLastError();
+  const auto run = [&](auto mt_c) {  // MT = mt_c's value
+    return with_xt(xt, [&](auto tag) {
+      gemv_kernel<T, decltype(mt_c)::value, typename decltype(tag)::type><<<grid, block, 0, stream>>>(a);
+      return cudaGetLastError();
+    });
+  };
+  return mt == 1 ? run(std::integral_constant<int, 1>{}) : run(std::integral_constant<int, GEMV_MT>{});
 }
 
 template <int T, int NT, typename XT>
 cudaError_t launch_mma_impl(const GemvArgs& a, int64_t grid_x, cudaStream_t stream) {
   using G = MmaGeom<T>;
-  static int sms = 0;
-  if (!sms) {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (!sms) sms = 132;
-  }
+  const int sms = num_sms();
   const int64_t tiles = (int64_t)((a.N + 15) / 16) * grid_x;
   const int nchunks = (a.K + G::CE - 1) / G::CE;
   int W = 4;
@@ -637,12 +617,11 @@ cudaError_t launch_mma_impl(const GemvArgs& a, int64_t grid_x, cudaStream_t stre
 template <int T>
 cudaError_t launch_gemv_mma(const GemvArgs& a, DType xt, int mt, int64_t grid_x, cudaStream_t stream) {
   if (grid_x <= 0 || a.N <= 0) return cudaSuccess;
-  if (xt == DType::BF16)
-    return mt <= 8 ? launch_mma_impl<T, 1, __nv_bfloat16>(a, grid_x, stream)
-                   : launch_mma_impl<T, 2, __nv_bfloat16>(a, grid_x, stream);
-  if (xt == DType::F16)
-    return mt <= 8 ? launch_mma_impl<T, 1, __half>(a, grid_x, stream) : launch_mma_impl<T, 2, __half>(a, grid_x, stream);
-  return cudaErrorInvalidValue;
+  return with_xt(xt, [&](auto tag) {
+    using XT = typename decltype(tag)::type;
+    if constexpr (std::is_same<XT, float>::value) return cudaErrorInvalidValue;  // bf16 / fp16 only
+    else return mt <= 8 ? launch_mma_impl<T, 1, XT>(a, grid_x, stream) : launch_mma_impl<T, 2, XT>(a, grid_x, stream);
+  });
 }
 
 template <int T>
@@ -652,16 +631,12 @@ cudaError_t launch_dequant(const uint8_t* w, int64_t row_bytes, int64_t rows_out
   if (total <= 0) return cudaSuccess;
   const int64_t blocks = min((total + 255) / 256, (int64_t)1 << 30);
   const dim3 grid((unsigned)blocks), block(256);
-  if (ot == DType::BF16)
-    dequant_kernel<T, __nv_bfloat16><<<grid, block, 0, stream>>>(w, row_bytes, rows_out, rows_src, K, ids, ids64,
-                                                                 reinterpret_cast<__nv_bfloat16*>(out));
-  else if (ot == DType::F16)
-    dequant_kernel<T, __half><<<grid, block, 0, stream>>>(w, row_bytes, rows_out, rows_src, K, ids, ids64,
-                                                          reinterpret_cast<__half*>(out));
-  else
-    dequant_kernel<T, float><<<grid, block, 0, stream>>>(w, row_bytes, rows_out, rows_src, K, ids, ids64,
-                                                         reinterpret_cast<float*>(out));
-  return cudaGetLastError();
+  return with_xt(ot, [&](auto tag) {
+    using OT = typename decltype(tag)::type;
+    dequant_kernel<T, OT><<<grid, block, 0, stream>>>(w, row_bytes, rows_out, rows_src, K, ids, ids64,
+                                                      reinterpret_cast<OT*>(out));
+    return cudaGetLastError();
+  });
 }
 
 #define GQ_INSTANTIATE(T)                                                                                  \

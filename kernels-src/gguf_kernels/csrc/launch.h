@@ -9,6 +9,18 @@
 
 namespace gq {
 
+// Multiprocessors of the current device (read once; the kernels size their grids by it).
+inline int num_sms() {
+  static int sms = 0;
+  if (!sms) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (!sms) sms = 132;
+  }
+  return sms;
+}
+
 enum class DType : int { BF16 = 0, F16 = 1, F32 = 2 };
 
 // Modes of the small-M kernel.

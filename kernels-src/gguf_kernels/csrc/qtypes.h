@@ -1,4 +1,6 @@
-// ggml type ids (enum ggml_type in ggml.h; gguf.GGMLQuantizationType) of the supported types.
+// ggml types of the supported formats: type ids (enum ggml_type in ggml.h;
+// gguf.GGMLQuantizationType) and block geometry (ggml-common.h). Plain C++ (the torch binding
+// includes it).
 #pragma once
 
 namespace gq {
@@ -8,5 +10,25 @@ enum QType : int {
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14,
   IQ4_NL = 20, IQ4_XS = 23, MXFP4 = 39,
 };
+
+// X(T) for every type above.
+#define GQ_FOR_EACH_TYPE(X) \
+  X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ4_NL) X(IQ4_XS) X(MXFP4)
+
+// Elements and bytes per block.
+template <int T> struct Traits;
+template <> struct Traits<Q4_0>   { static constexpr int BLOCK = 32,  BYTES = 18;  };
+template <> struct Traits<Q4_1>   { static constexpr int BLOCK = 32,  BYTES = 20;  };
+template <> struct Traits<Q5_0>   { static constexpr int BLOCK = 32,  BYTES = 22;  };
+template <> struct Traits<Q5_1>   { static constexpr int BLOCK = 32,  BYTES = 24;  };
+template <> struct Traits<Q8_0>   { static constexpr int BLOCK = 32,  BYTES = 34;  };
+template <> struct Traits<Q2_K>   { static constexpr int BLOCK = 256, BYTES = 84;  };
+template <> struct Traits<Q3_K>   { static constexpr int BLOCK = 256, BYTES = 110; };
+template <> struct Traits<Q4_K>   { static constexpr int BLOCK = 256, BYTES = 144; };
+template <> struct Traits<Q5_K>   { static constexpr int BLOCK = 256, BYTES = 176; };
+template <> struct Traits<Q6_K>   { static constexpr int BLOCK = 256, BYTES = 210; };
+template <> struct Traits<IQ4_NL> { static constexpr int BLOCK = 32,  BYTES = 18;  };
+template <> struct Traits<IQ4_XS> { static constexpr int BLOCK = 256, BYTES = 136; };
+template <> struct Traits<MXFP4>  { static constexpr int BLOCK = 32,  BYTES = 17;  };
 
 }  // namespace gq

@@ -144,21 +144,17 @@ cudaError_t launch_quantize_t(const void* x, QuantIn in, int64_t nblocks, uint8_
   if (nblocks <= 0) return cudaSuccess;
   const int64_t grid = (nblocks + NB - 1) / NB;
   if (grid > 0x7FFFFFFF) return cudaErrorInvalidValue;
+  const auto run = [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    quantize_kernel<T, In><<<(unsigned)grid, QUANT_THREADS, 0, stream>>>(static_cast<const In*>(x), out, nblocks);
+    return cudaGetLastError();
+  };
   switch (in) {
-    case QuantIn::F32:
-      quantize_kernel<T, float><<<(unsigned)grid, QUANT_THREADS, 0, stream>>>(static_cast<const float*>(x), out, nblocks);
-      break;
-    case QuantIn::BF16:
-      quantize_kernel<T, __nv_bfloat16>
-          <<<(unsigned)grid, QUANT_THREADS, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), out, nblocks);
-      break;
-    case QuantIn::F16:
-      quantize_kernel<T, __half><<<(unsigned)grid, QUANT_THREADS, 0, stream>>>(static_cast<const __half*>(x), out, nblocks);
-      break;
-    default:
-      return cudaErrorInvalidValue;
+    case QuantIn::F32: return run(Tag<float>{});
+    case QuantIn::BF16: return run(Tag<__nv_bfloat16>{});
+    case QuantIn::F16: return run(Tag<__half>{});
+    default: return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace qz

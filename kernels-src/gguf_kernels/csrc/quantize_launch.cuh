@@ -3,10 +3,12 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 
+#include "launch.h"
+
 namespace gq {
 
 // Input element type of launch_quantize.
-enum class QuantIn : int { BF16 = 0, F16 = 1, F32 = 2 };
+using QuantIn = DType;
 
 // Whether launch_quantize has a kernel for ggml type `qtype`.
 bool quantize_supported_type(int64_t qtype);

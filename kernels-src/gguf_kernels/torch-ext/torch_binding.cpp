@@ -17,6 +17,7 @@
 #include <torch/library.h>
 
 #include <cstdlib>
+#include <type_traits>
 
 #include "launch.h"
 #include "quantize_launch.cuh"
@@ -25,74 +26,67 @@ namespace {
 
 using gq::DType;
 
+// Returns f(std::integral_constant<int, T>{}) for the ggml type T that qtype names, `otherwise` for
+// a type the kernels do not have.
+template <typename R, typename F>
+R with_type(int64_t qtype, R otherwise, F&& f) {
+  switch (qtype) {
+#define GQ_CASE(T) \
+  case gq::T: return f(std::integral_constant<int, gq::T>{});
+    GQ_FOR_EACH_TYPE(GQ_CASE)
+#undef GQ_CASE
+  }
+  return otherwise;
+}
+
 struct TypeInfo {
   int block, bytes;
+  int64_t cols(int64_t row_bytes) const { return row_bytes / bytes * block; }  // elements of a row
 };
 
 bool type_info(int64_t qtype, TypeInfo& ti) {
-  switch (qtype) {
-    case gq::Q4_0: ti = {32, 18}; return true;
-    case gq::Q4_1: ti = {32, 20}; return true;
-    case gq::Q5_0: ti = {32, 22}; return true;
-    case gq::Q5_1: ti = {32, 24}; return true;
-    case gq::Q8_0: ti = {32, 34}; return true;
-    case gq::Q2_K: ti = {256, 84}; return true;
-    case gq::Q3_K: ti = {256, 110}; return true;
-    case gq::Q4_K: ti = {256, 144}; return true;
-    case gq::Q5_K: ti = {256, 176}; return true;
-    case gq::Q6_K: ti = {256, 210}; return true;
-    case gq::IQ4_NL: ti = {32, 18}; return true;
-    case gq::IQ4_XS: ti = {256, 136}; return true;
-    case gq::MXFP4: ti = {32, 17}; return true;
-    default: return false;
-  }
+  return with_type(qtype, false, [&](auto t) {
+    using Tr = gq::Traits<decltype(t)::value>;
+    ti = {Tr::BLOCK, Tr::BYTES};
+    return true;
+  });
 }
-
-#define GQ_FOR_EACH_TYPE(X) \
-  X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ4_NL) X(IQ4_XS) X(MXFP4)
 
 cudaError_t dispatch_dequant(int64_t qtype, const uint8_t* w, int64_t rb, int64_t rows_out, int64_t rows_src, int K,
                              const void* ids, int ids64, void* out, DType ot, cudaStream_t s) {
-  switch (qtype) {
-#define GQ_CASE(T) \
-  case gq::T: return gq::launch_dequant<gq::T>(w, rb, rows_out, rows_src, K, ids, ids64, out, ot, s);
-    GQ_FOR_EACH_TYPE(GQ_CASE)
-#undef GQ_CASE
-  }
-  return cudaErrorInvalidValue;
+  return with_type(qtype, cudaErrorInvalidValue, [&](auto t) {
+    return gq::launch_dequant<decltype(t)::value>(w, rb, rows_out, rows_src, K, ids, ids64, out, ot, s);
+  });
 }
 
 cudaError_t dispatch_gemv(int64_t qtype, const gq::GemvArgs& a, DType xt, int mt, int64_t gx, cudaStream_t s) {
-  switch (qtype) {
-#define GQ_CASE(T) \
-  case gq::T: return gq::launch_gemv<gq::T>(a, xt, mt, gx, s);
-    GQ_FOR_EACH_TYPE(GQ_CASE)
-#undef GQ_CASE
-  }
-  return cudaErrorInvalidValue;
+  return with_type(qtype, cudaErrorInvalidValue,
+                   [&](auto t) { return gq::launch_gemv<decltype(t)::value>(a, xt, mt, gx, s); });
 }
 
 cudaError_t dispatch_gemv_mma(int64_t qtype, const gq::GemvArgs& a, DType xt, int mt, int64_t gx, cudaStream_t s) {
-  switch (qtype) {
-#define GQ_CASE(T) \
-  case gq::T: return gq::launch_gemv_mma<gq::T>(a, xt, mt, gx, s);
-    GQ_FOR_EACH_TYPE(GQ_CASE)
-#undef GQ_CASE
-  }
-  return cudaErrorInvalidValue;
+  return with_type(qtype, cudaErrorInvalidValue,
+                   [&](auto t) { return gq::launch_gemv_mma<decltype(t)::value>(a, xt, mt, gx, s); });
 }
 
 void check_cuda(cudaError_t e, const char* what) {
   TORCH_CHECK(e == cudaSuccess, "gguf_kernels: ", what, " failed: ", cudaGetErrorString(e));
 }
 
-DType dtype_code(at::ScalarType t) {
+// The kernels' code of a bf16 / fp16 / fp32 dtype; false for any other.
+bool dtype_of(at::ScalarType t, DType& d) {
   switch (t) {
-    case at::kBFloat16: return DType::BF16;
-    case at::kHalf: return DType::F16;
-    case at::kFloat: return DType::F32;
-    default: TORCH_CHECK(false, "gguf_kernels: dtype must be bfloat16, float16 or float32, got ", t);
+    case at::kBFloat16: d = DType::BF16; return true;
+    case at::kHalf: d = DType::F16; return true;
+    case at::kFloat: d = DType::F32; return true;
+    default: return false;
   }
+}
+
+DType dtype_code(at::ScalarType t) {
+  DType d;
+  TORCH_CHECK(dtype_of(t, d), "gguf_kernels: dtype must be bfloat16, float16 or float32, got ", t);
+  return d;
 }
 
 int env_int(const char* name, int dflt) {
@@ -128,8 +122,15 @@ bool use_mma(DType xt) {
   return !off && xt != DType::F32;
 }
 
+// t contiguous with a 16-byte aligned base (a fresh copy when it is not).
+at::Tensor contiguous16(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  if (reinterpret_cast<uintptr_t>(c.data_ptr()) % 16) c = c.clone();
+  return c;
+}
+
 // Packed weights: uint8, CUDA, contiguous, 16-byte aligned base (the kernels rely on each
-// block keeping its in-row alignment; a fresh copy is made otherwise).
+// block keeping its in-row alignment).
 at::Tensor prep_packed(const at::Tensor& packed, int64_t qtype, TypeInfo& ti, int min_dim, int max_dim) {
   TORCH_CHECK(type_info(qtype, ti), "gguf_kernels: ggml type ", qtype, " is not supported");
   TORCH_CHECK(packed.is_cuda(), "gguf_kernels: packed must be a CUDA tensor");
@@ -137,17 +138,13 @@ at::Tensor prep_packed(const at::Tensor& packed, int64_t qtype, TypeInfo& ti, in
   TORCH_CHECK(packed.dim() >= min_dim && packed.dim() <= max_dim, "gguf_kernels: packed has ", packed.dim(), " dims");
   TORCH_CHECK(packed.size(-1) % ti.bytes == 0, "gguf_kernels: row of ", packed.size(-1),
               " bytes is not a whole number of ", ti.bytes, "-byte blocks");
-  at::Tensor p = packed.contiguous();
-  if (reinterpret_cast<uintptr_t>(p.data_ptr()) % 16) p = p.clone();
-  return p;
+  return contiguous16(packed);
 }
 
 at::Tensor prep_act(const at::Tensor& x) {
   TORCH_CHECK(x.is_cuda(), "gguf_kernels: activations must be a CUDA tensor");
   dtype_code(x.scalar_type());
-  at::Tensor c = x.contiguous();
-  if (reinterpret_cast<uintptr_t>(c.data_ptr()) % 16) c = c.clone();
-  return c;
+  return contiguous16(x);
 }
 
 at::Tensor prep_ids(const at::Tensor& ids) {
@@ -159,8 +156,7 @@ at::Tensor dequantize(const at::Tensor& packed, int64_t qtype, at::ScalarType dt
   TypeInfo ti;
   at::Tensor p = prep_packed(packed, qtype, ti, 2, 2);
   const c10::cuda::CUDAGuard guard(p.device());
-  const int64_t rows = p.size(0), rb = p.size(1);
-  const int64_t K = rb / ti.bytes * ti.block;
+  const int64_t rows = p.size(0), rb = p.size(1), K = ti.cols(rb);
   at::Tensor out = at::empty({rows, K}, p.options().dtype(dtype));
   check_cuda(dispatch_dequant(qtype, p.data_ptr<uint8_t>(), rb, rows, rows, (int)K, nullptr, 0, out.data_ptr(),
                               dtype_code(dtype), c10::cuda::getCurrentCUDAStream()),
@@ -174,7 +170,7 @@ at::Tensor get_rows(const at::Tensor& packed, const at::Tensor& ids, int64_t qty
   TORCH_CHECK(ids.device() == p.device(), "gguf_kernels: ids and packed on different devices");
   at::Tensor id = prep_ids(ids);
   const c10::cuda::CUDAGuard guard(p.device());
-  const int64_t rb = p.size(1), K = rb / ti.bytes * ti.block;
+  const int64_t rb = p.size(1), K = ti.cols(rb);
   std::vector<int64_t> shape(id.sizes().begin(), id.sizes().end());
   shape.push_back(K);
   at::Tensor out = at::empty(shape, p.options().dtype(dtype));
@@ -189,7 +185,7 @@ at::Tensor matmul(const at::Tensor& x, const at::Tensor& packed, int64_t qtype) 
   TypeInfo ti;
   at::Tensor p = prep_packed(packed, qtype, ti, 2, 2);
   TORCH_CHECK(x.device() == p.device(), "gguf_kernels: x and packed on different devices");
-  const int64_t N = p.size(0), rb = p.size(1), K = rb / ti.bytes * ti.block;
+  const int64_t N = p.size(0), rb = p.size(1), K = ti.cols(rb);
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K, "gguf_kernels: x has ", x.size(-1), " columns, weight has ", K);
   const c10::cuda::CUDAGuard guard(p.device());
   at::Tensor xc = prep_act(x).reshape({-1, K});
@@ -249,7 +245,7 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
   at::Tensor p = prep_packed(packed, qtype, ti, 3, 3);
   TORCH_CHECK(x.device() == p.device() && ids.device() == p.device(), "gguf_kernels: tensors on different devices");
   TORCH_CHECK(ids.dim() == 2, "gguf_kernels: ids must be [T, top_k]");
-  const int64_t E = p.size(0), N = p.size(1), rb = p.size(2), K = rb / ti.bytes * ti.block;
+  const int64_t E = p.size(0), N = p.size(1), rb = p.size(2), K = ti.cols(rb);
   const int64_t T = ids.size(0), top_k = ids.size(1), P = T * top_k;
   TORCH_CHECK((x.dim() == 2 && x.size(0) == T) || (x.dim() == 3 && x.size(0) == T && x.size(1) == top_k),
               "gguf_kernels: x must be [T, K] or [T, top_k, K]");
@@ -298,13 +294,9 @@ at::Tensor quantize(const at::Tensor& weight, int64_t qtype) {
   TORCH_CHECK(weight.is_cuda(), "gguf_kernels: quantize: weight must be a CUDA tensor");
   TORCH_CHECK(weight.dim() >= 1, "gguf_kernels: quantize: weight must be [..., K], got a scalar");
   gq::QuantIn in;
-  switch (weight.scalar_type()) {
-    case at::kFloat: in = gq::QuantIn::F32; break;
-    case at::kBFloat16: in = gq::QuantIn::BF16; break;
-    case at::kHalf: in = gq::QuantIn::F16; break;
-    default: TORCH_CHECK(false, "gguf_kernels: quantize: weight must be float32, bfloat16 or float16, got ",
-                         c10::toString(weight.scalar_type()));
-  }
+  TORCH_CHECK(dtype_of(weight.scalar_type(), in),
+              "gguf_kernels: quantize: weight must be float32, bfloat16 or float16, got ",
+              c10::toString(weight.scalar_type()));
   const int64_t K = weight.size(-1);
   TORCH_CHECK(K % ti.block == 0, "gguf_kernels: quantize: rows of ", K, " elements are not a multiple of the block size ",
               ti.block);
@@ -314,8 +306,7 @@ at::Tensor quantize(const at::Tensor& weight, int64_t qtype) {
   at::Tensor out = at::empty(shape, weight.options().dtype(at::kByte));
   const int64_t nblocks = weight.numel() / ti.block;
   if (nblocks == 0) return out;
-  at::Tensor w = weight.contiguous();
-  if (reinterpret_cast<uintptr_t>(w.data_ptr()) % 16) w = w.clone();
+  at::Tensor w = contiguous16(weight);
   check_cuda(gq::launch_quantize(qtype, w.data_ptr(), in, nblocks, out.data_ptr<uint8_t>(),
                                  c10::cuda::getCurrentCUDAStream()),
              "quantize");
