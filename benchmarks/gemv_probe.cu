@@ -191,6 +191,19 @@ static void row(const std::string& name, double bytes, float us) {
   std::printf("| %-52s | %7.2f | %6.0f |\n", name.c_str(), us, bytes / us / 1e3);
 }
 
+// n bf16 activations in [-1, 1) from a fixed seed, to device memory at x.
+static void upload_bf16(void* x, size_t n, uint32_t seed) {
+  std::vector<uint16_t> h(n);
+  for (auto& v : h) {
+    seed = seed * 1664525u + 1013904223u;
+    const float f = ((seed >> 8) / 16777216.0f) * 2.f - 1.f;
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    v = (uint16_t)(u >> 16);
+  }
+  CK(cudaMemcpy(x, h.data(), n * 2, cudaMemcpyHostToDevice));
+}
+
 struct TypeInfo { const char* name; int qtype, block_elems, block_bytes, off0, off1, e8m0; };
 static const TypeInfo TYPES[] = {
     {"Q4_0", gq::Q4_0, 32, 18, 0, -1, 0},   {"Q8_0", gq::Q8_0, 32, 34, 0, -1, 0},
@@ -339,19 +352,7 @@ int main(int argc, char** argv) {
     void *x, *out;
     CK(cudaMalloc(&x, (size_t)8 * 14336 * 2));
     CK(cudaMalloc(&out, (size_t)8 * 14336 * 2));
-    // bf16 activations in [-1, 1)
-    {
-      std::vector<uint16_t> hx((size_t)8 * 14336);
-      uint32_t st = 7;
-      for (auto& v : hx) {
-        st = st * 1664525u + 1013904223u;
-        const float f = ((st >> 8) / 16777216.0f) * 2.f - 1.f;
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        v = (uint16_t)(u >> 16);
-      }
-      CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-    }
+    upload_bf16(x, (size_t)8 * 14336, 7);
     struct Shape { int K, N; };
     for (const TypeInfo& ti : TYPES) {
       if (!only.empty() && only != ti.name) continue;
@@ -373,16 +374,7 @@ int main(int argc, char** argv) {
     void *x, *out;
     CK(cudaMalloc(&x, (size_t)14336 * 2));
     CK(cudaMalloc(&out, (size_t)14336 * 2));
-    std::vector<uint16_t> hx(14336);
-    uint32_t st = 11;
-    for (auto& v : hx) {
-      st = st * 1664525u + 1013904223u;
-      const float f = ((st >> 8) / 16777216.0f) * 2.f - 1.f;
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      v = (uint16_t)(u >> 16);
-    }
-    CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    upload_bf16(x, 14336, 11);
     struct Shape { int N, K; };
     for (const TypeInfo& ti : TYPES) {
       fill_random<<<4096, 256>>>(reinterpret_cast<uint32_t*>(pool.base), pool_bytes / 4, 999);

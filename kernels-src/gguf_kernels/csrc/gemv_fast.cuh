@@ -167,13 +167,17 @@ GQ_HD void lut_pairs(uint32_t w, uint32_t w8, uint32_t t0, uint32_t t1, uint32_t
   A[1][0] = byte_lo(c1); A[1][1] = byte_lo(d1); A[1][2] = byte_hi(c1); A[1][3] = byte_hi(d1);
 }
 
-template <> struct FT<MXFP4> {
+// MXFP4 and IQ4_XS: 4-bit codes through a 16-entry table, 512 elements (272 bytes) per chunk.
+struct FTLut {
   static constexpr bool OK = true, HAS_MIN = false, MIS = false;
   static constexpr int CE = 512, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 128;
   static GQ_HD int slot(int, int st, int c, int k, bool& d16) {
     d16 = false;
     return lut_slot(st, c, k);
   }
+};
+
+template <> struct FT<MXFP4> : FTLut {
   template <class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
@@ -193,13 +197,7 @@ template <> struct FT<MXFP4> {
   }
 };
 
-template <> struct FT<IQ4_XS> {
-  static constexpr bool OK = true, HAS_MIN = false, MIS = false;
-  static constexpr int CE = 512, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 128;
-  static GQ_HD int slot(int, int st, int c, int k, bool& d16) {
-    d16 = false;
-    return lut_slot(st, c, k);
-  }
+template <> struct FT<IQ4_XS> : FTLut {
   template <class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
