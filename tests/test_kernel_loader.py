@@ -302,3 +302,19 @@ def test_cuda_decoders_match_gguf_py_bit_for_bit(host_decoders, name):
                                        out.ctypes.data_as(ctypes.c_void_p))
         assert rc == 0
         np.testing.assert_array_equal(out, ref)
+
+
+def test_fast_path_data_layout_on_the_host():
+    """The fast small-M path's prep records, chunk decoders and epilogue, and the M = 1 diagonal
+    mapping, run on the host with a software model of the mma fragments against gguf-py's
+    dequantizer (kernels-src/gguf_kernels/tests/fast_host_check.py)."""
+    import importlib.util
+    import shutil
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not on PATH")
+    path = bk.default_source_dir() / "tests" / "fast_host_check.py"
+    spec = importlib.util.spec_from_file_location("fast_host_check", path)
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    assert check.main() == 0

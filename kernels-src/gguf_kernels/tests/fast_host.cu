@@ -3,7 +3,9 @@
 // of mma.m16n8k16 (f16 x f16 -> f32) fragments. Built with `nvcc -shared` and driven from Python
 // (fast_host_check.py) against gguf-py's dequantizer.
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "../csrc/gemv_fast.cuh"
@@ -142,6 +144,91 @@ static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M
     }
   }
   return 0;
+}
+
+// M = 1 through gemv_diag_kernel's mapping: a warp holds rows r0, r1; A row g (g + 8) is chunk g of
+// the stage of r0 (r1), B column g the activations of chunk g, and the dot products are read off the
+// diagonal of D. Stages of 8 chunks; lanes past a short last stage decode chunk 0 against zeros.
+template <int T>
+static int run_diag(const uint8_t* w, int R, int64_t rb, int K, const float* x, float* out) {
+  using L = FT<T>;
+  constexpr int SEG = 8;
+  const int GPC = L::CE / L::GS, STEPS = L::STEPS, RS = SEG * L::CB, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
+  if (L::MIS || K % L::CE || rb % 16 || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES) return 2;
+  const int nG = K / L::GS;
+  std::vector<uint8_t> scratch(Prep<T>::bytes(K, 1) + 64, 0xCD);
+  uint8_t* xb = scratch.data();
+  uint8_t* xs = xb + Prep<T>::b_bytes(K, 1);
+  for (int G = 0; G < nG; ++G) Prep<T>::group(x + (size_t)G * L::GS, G, 0, 1, xb, xs);
+  std::vector<uint8_t> stage_mem(2 * RS + 16);
+  uint8_t* st = reinterpret_cast<uint8_t*>(((uintptr_t)stage_mem.data() + 15) & ~(uintptr_t)15);
+  const int nch = K / L::CE;
+  for (int r0 = 0; r0 < R; r0 += 2) {
+    const int r1 = r0 + 1 < R ? r0 + 1 : r0;
+    double acc0 = 0, acc1 = 0;
+    for (int c0 = 0; c0 < nch; c0 += SEG) {
+      const int nseg = nch - c0 < SEG ? nch - c0 : SEG;
+      std::memset(st, 0xEE, 2 * RS);
+      std::memcpy(st, w + (size_t)r0 * rb + (size_t)c0 * L::CB, (size_t)nseg * L::CB);
+      std::memcpy(st + RS, w + (size_t)r1 * rb + (size_t)c0 * L::CB, (size_t)nseg * L::CB);
+      std::vector<Rec> recs(32 * GPC);
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, c = lane & 3, cg = g < nseg ? g : 0;
+        L::chunk(st + cg * L::CB, st + RS + cg * L::CB, c,
+                 [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+                   Rec& rc = recs[lane * GPC + q];
+                   std::memcpy(rc.A, A, sizeof(rc.A));
+                   rc.sg = sg; rc.sg8 = sg8; rc.og = og; rc.og8 = og8;
+                 });
+      }
+      for (int q = 0; q < GPC; ++q) {
+        float D[32][4] = {};
+        for (int s = 0; s < STEPS; ++s) {
+          uint32_t A[32][4], B[32][2];
+          for (int lane = 0; lane < 32; ++lane) {
+            const int g = lane >> 2, c = lane & 3;
+            for (int r = 0; r < 4; ++r) A[lane][r] = recs[lane * GPC + q].A[s][r];
+            B[lane][0] = B[lane][1] = 0;
+            if (g < nseg) {
+              const uint32_t* bp = reinterpret_cast<const uint32_t*>(
+                  xb + ((size_t)(c0 + g) * GPC + q) * BREC + c * (8 * STEPS));
+              B[lane][0] = bp[2 * s];
+              B[lane][1] = bp[2 * s + 1];
+            }
+          }
+          mma_model(A, B, D);
+        }
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane >> 2, c = lane & 3;
+          if (c != g >> 1 || g >= nseg) continue;
+          const Rec& rc = recs[lane * GPC + q];
+          const float* sb = reinterpret_cast<const float*>(xs + ((size_t)(c0 + g) * GPC + q) * GR);
+          const float d0 = D[lane][g & 1], d1 = D[lane][2 + (g & 1)];
+          acc0 += std::fmaf(rc.sg, std::fmaf(sb[0], d0, sb[1]), 0.f);
+          acc1 += std::fmaf(rc.sg8, std::fmaf(sb[0], d1, sb[1]), 0.f);
+          if (L::HAS_MIN) {
+            acc0 += rc.og * sb[4];
+            acc1 += rc.og8 * sb[4];
+          }
+        }
+      }
+    }
+    out[r0] = (float)acc0;
+    if (r0 + 1 < R) out[r0 + 1] = (float)acc1;
+  }
+  return 0;
+}
+
+extern "C" int fast_matmul_diag(int t, const uint8_t* w, int R, long long rb, int K, const float* x, float* out) {
+  switch (t) {
+    case Q4_0: return run_diag<Q4_0>(w, R, rb, K, x, out);
+    case Q8_0: return run_diag<Q8_0>(w, R, rb, K, x, out);
+    case Q4_K: return run_diag<Q4_K>(w, R, rb, K, x, out);
+    case Q5_K: return run_diag<Q5_K>(w, R, rb, K, x, out);
+    case IQ4_XS: return run_diag<IQ4_XS>(w, R, rb, K, x, out);
+    case MXFP4: return run_diag<MXFP4>(w, R, rb, K, x, out);
+  }
+  return 1;
 }
 
 extern "C" int fast_matmul(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M, float* out,
