@@ -52,6 +52,18 @@ struct Rec {
   bool seen;
 };
 
+// One lane's decode of one chunk of rows rg, rg8: the A fragments and scales of each group, into
+// out[0 .. groups of the chunk).
+template <int T>
+static void decode_chunk(const uint8_t* rg, const uint8_t* rg8, int c, Rec* out) {
+  FT<T>::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+    Rec& rc = out[q];
+    std::memcpy(rc.A, A, sizeof(rc.A));
+    rc.sg = sg; rc.sg8 = sg8; rc.og = og; rc.og8 = og8;
+    rc.seen = true;
+  });
+}
+
 template <int T>
 static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M, float* out, int U) {
   using L = FT<T>;
@@ -90,13 +102,7 @@ static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M
         for (int u = 0; u < U; ++u) {
         const uint8_t* rg = st + g * RS + mis + u * L::CB;
         const uint8_t* rg8 = st + (g + 8) * RS + mis + u * L::CB;
-        L::chunk(rg, rg8, c, [&](int qq, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
-          const int q = u * (L::CE / L::GS) + qq;
-          Rec& rc = recs[lane * GPC + q];
-          std::memcpy(rc.A, A, sizeof(rc.A));
-          rc.sg = sg; rc.sg8 = sg8; rc.og = og; rc.og8 = og8;
-          rc.seen = true;
-        });
+        decode_chunk<T>(rg, rg8, c, &recs[lane * GPC + u * (L::CE / L::GS)]);
         }
       }
       for (int q = 0; q < GPC; ++q) {
@@ -174,12 +180,7 @@ static int run_diag(const uint8_t* w, int R, int64_t rb, int K, const float* x, 
       std::vector<Rec> recs(32 * GPC);
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane >> 2, c = lane & 3, cg = g < nseg ? g : 0;
-        L::chunk(st + cg * L::CB, st + RS + cg * L::CB, c,
-                 [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
-                   Rec& rc = recs[lane * GPC + q];
-                   std::memcpy(rc.A, A, sizeof(rc.A));
-                   rc.sg = sg; rc.sg8 = sg8; rc.og = og; rc.og8 = og8;
-                 });
+        decode_chunk<T>(st + cg * L::CB, st + RS + cg * L::CB, c, &recs[lane * GPC]);
       }
       for (int q = 0; q < GPC; ++q) {
         float D[32][4] = {};
