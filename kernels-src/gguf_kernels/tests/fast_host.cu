@@ -52,6 +52,22 @@ struct Rec {
   bool seen;
 };
 
+// D += the group's product over its STEPS mma steps: A from the lanes' records (lane l at
+// recs[l * stride]), B from brec(g, c), lane (g, c)'s record words (two per step; nullptr: zeros).
+template <class BRec>
+static void mma_group(const Rec* recs, int stride, int STEPS, float (*D)[4], BRec&& brec) {
+  for (int s = 0; s < STEPS; ++s) {
+    uint32_t A[32][4], B[32][2];
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int r = 0; r < 4; ++r) A[lane][r] = recs[lane * stride].A[s][r];
+      const uint32_t* bp = reinterpret_cast<const uint32_t*>(brec(lane >> 2, lane & 3));
+      B[lane][0] = bp ? bp[2 * s] : 0u;
+      B[lane][1] = bp ? bp[2 * s + 1] : 0u;
+    }
+    mma_model(A, B, D);
+  }
+}
+
 // One lane's decode of one chunk of rows rg, rg8: the A fragments and scales of each group, into
 // out[0 .. groups of the chunk).
 template <int T>
@@ -106,24 +122,13 @@ static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M
         }
       }
       for (int q = 0; q < GPC; ++q) {
+        for (int lane = 0; lane < 32; ++lane)
+          if (!recs[lane * GPC + q].seen) { std::fprintf(stderr, "group %d not produced\n", q); return 3; }
         float D[32][4] = {};
-        for (int s = 0; s < STEPS; ++s) {
-          uint32_t A[32][4], B[32][2];
-          for (int lane = 0; lane < 32; ++lane) {
-            const int g = lane >> 2, c = lane & 3;
-            const Rec& rc = recs[lane * GPC + q];
-            if (!rc.seen) { std::fprintf(stderr, "group %d not produced\n", q); return 3; }
-            for (int r = 0; r < 4; ++r) A[lane][r] = rc.A[s][r];
-            B[lane][0] = B[lane][1] = 0;
-            if (g < M) {
-              const uint32_t* bp = reinterpret_cast<const uint32_t*>(st + SW + (size_t)q * M * 32 * STEPS +
-                                                                     (g * 4 + c) * (8 * STEPS));
-              B[lane][0] = bp[2 * s];
-              B[lane][1] = bp[2 * s + 1];
-            }
-          }
-          mma_model(A, B, D);
-        }
+        // token g's records, in lane c's slots
+        mma_group(&recs[q], GPC, STEPS, D, [&](int g, int c) -> const uint8_t* {
+          return g < M ? st + SW + (size_t)q * M * 32 * STEPS + (g * 4 + c) * (8 * STEPS) : nullptr;
+        });
         for (int lane = 0; lane < 32; ++lane) {
           const int c = lane & 3;
           const Rec& rc = recs[lane * GPC + q];
@@ -184,21 +189,10 @@ static int run_diag(const uint8_t* w, int R, int64_t rb, int K, const float* x, 
       }
       for (int q = 0; q < GPC; ++q) {
         float D[32][4] = {};
-        for (int s = 0; s < STEPS; ++s) {
-          uint32_t A[32][4], B[32][2];
-          for (int lane = 0; lane < 32; ++lane) {
-            const int g = lane >> 2, c = lane & 3;
-            for (int r = 0; r < 4; ++r) A[lane][r] = recs[lane * GPC + q].A[s][r];
-            B[lane][0] = B[lane][1] = 0;
-            if (g < nseg) {
-              const uint32_t* bp = reinterpret_cast<const uint32_t*>(
-                  xb + ((size_t)(c0 + g) * GPC + q) * BREC + c * (8 * STEPS));
-              B[lane][0] = bp[2 * s];
-              B[lane][1] = bp[2 * s + 1];
-            }
-          }
-          mma_model(A, B, D);
-        }
+        // chunk g's records (B column g), in lane c's slots
+        mma_group(&recs[q], GPC, STEPS, D, [&](int g, int c) -> const uint8_t* {
+          return g < nseg ? xb + ((size_t)(c0 + g) * GPC + q) * BREC + c * (8 * STEPS) : nullptr;
+        });
         for (int lane = 0; lane < 32; ++lane) {
           const int g = lane >> 2, c = lane & 3;
           if (c != g >> 1 || g >= nseg) continue;
