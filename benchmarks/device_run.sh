@@ -21,7 +21,9 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 python3 -m gguf_quant.build_kernels --out /tmp/kb > "$OUTD/build.log" 2>&1 || { tail -40 "$OUTD/build.log"; exit 1; }
 el "kernels built: $(tail -1 "$OUTD/build.log")"
 export GGUF_QUANT_KERNELS=/tmp/kb GGUF_QUANT_KERNELS_HUB=0
-timeout 300 python3 -m pytest tests/test_kernels.py -q -p no:cacheprovider --maxfail=20 2>&1 | tee "$OUTD/test.log" | tail -25
+timeout 400 python3 -m pytest tests/test_kernels.py tests/test_kernels_quantize_gpu.py tests/test_gpu_models.py -q \
+  -p no:cacheprovider --maxfail=20 2>&1 | tee "$OUTD/test.log" | tail -25
+timeout 120 python3 kernels-src/gguf_kernels/tests/fast_gpu_check.py 2>&1 | tee "$OUTD/fast_check.log" | tail -3
 el "tests done"
 [ -z "$NO_SANITIZER" ] && timeout 150 compute-sanitizer --tool memcheck --print-limit 5 python3 benchmarks/sanitize_kernels.py 2>&1 | tail -4 | tee "$OUTD/sanitizer.log"
 el "sanitizer done"
