@@ -1,12 +1,12 @@
 // Memory-side probes for the small-M matmul (kernels-src/gguf_kernels/NOTES.md, v5): how fast can a
 // kernel read the weight bytes of one matmul, with which access pattern, and how close does the fast
 // kernel come. Standalone, no torch (compile here, carry the binary):
-//   cd kernels-src/gguf_kernels/csrc && nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I. \
-//     ../../../benchmarks/gemv_probe.cu fast_q4_0.cu fast_q8_0.cu fast_q4_k.cu fast_q5_k.cu \
-//     fast_iq4_xs.cu fast_mxfp4.cu -o gemv_probe
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernels-src/gguf_kernels/csrc \
+//     benchmarks/gemv_probe.cu -o gemv_probe
 //   ./gemv_probe probe [cp0|cp1]   reads only: linear, per-warp spans, the fast kernel's copy pipeline
 //   ./gemv_probe fast [TYPE]       the fast kernel (GGUF_KERNELS_FAST_* knobs apply)
 //   ./gemv_probe check             M = 1 diagonal kernel against the 16-row tile kernel, same inputs
+//   ./gemv_probe nodecode          Q4_0 / Q4_K at M = 1 next to their twins with the decode left out
 // Every timed row reads a different copy of the weights on each launch (copies span 3 GB, so nothing
 // stays in the 60 MB L2), launches are captured in a CUDA graph, and the median time per launch over
 // the replays is printed with weight GB/s. Results: benchmarks/results/gemv_probe_h200.md.
@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gemv_fast_kernel.cuh"
 #include "launch.h"
 
 #define CK(x)                                                                              \
@@ -33,10 +34,28 @@
     }                                                                                      \
   } while (0)
 
+// "No decode" twins of Q4_0 and Q4_K (type ids 200 + T, unused by ggml): the same kernels, copies,
+// prep records, mma and epilogue, but A is a constant instead of the decoded weights, so the time
+// difference to the real type is what decoding costs (NOTES.md v5, next experiment).
 namespace gq {
-template <int T> size_t gemv_fast_scratch(int K, int M, int64_t row_bytes);
-template <int T>
-cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t scratch_size, int pdl, cudaStream_t stream);
+template <int T> constexpr int NODECODE = 200 + T;
+template <> struct Traits<NODECODE<Q4_0>> : Traits<Q4_0> {};
+template <> struct Traits<NODECODE<Q4_K>> : Traits<Q4_K> {};
+namespace fast {
+template <int B>
+struct FTNoDecode : FT<B> {
+  template <class F> static GQ_HD void chunk(const uint8_t*, const uint8_t*, int c, F&& f) {
+#pragma unroll
+    for (int q = 0; q < FT<B>::CE / FT<B>::GS; ++q) {
+      const uint32_t a = H1024 + (uint32_t)(c + q);
+      uint32_t A[2][4] = {{a, a, a, a}, {a, a, a, a}};
+      f(q, A, 1.f, 1.f, 0.f, 0.f);
+    }
+  }
+};
+template <> struct FT<NODECODE<Q4_0>> : FTNoDecode<Q4_0> {};
+template <> struct FT<NODECODE<Q4_K>> : FTNoDecode<Q4_K> {};
+}  // namespace fast
 }  // namespace gq
 
 __device__ __forceinline__ uint32_t mix32(uint64_t i) {
@@ -368,6 +387,32 @@ int main(int argc, char** argv) {
           pool.copies = (int)(pool_bytes / pool.copy_bytes);
           with_type(ti.qtype, [&](auto t) { fast_rows<decltype(t)::value>(ti, pool, sh.N, sh.K, M, x, out); });
         }
+    }
+  }
+  if (what == "all" || what == "nodecode") {
+    void *x, *out;
+    CK(cudaMalloc(&x, (size_t)14336 * 2));
+    CK(cudaMalloc(&out, (size_t)14336 * 2));
+    upload_bf16(x, 14336, 5);
+    struct Shape { int K, N; };
+    for (const TypeInfo& ti : TYPES) {
+      if (ti.qtype != gq::Q4_0 && ti.qtype != gq::Q4_K) continue;
+      fill_random<<<4096, 256>>>(reinterpret_cast<uint32_t*>(pool.base), pool_bytes / 4, 12345);
+      fix_scales<<<4096, 256>>>(pool.base, pool_bytes / ti.block_bytes, ti.block_bytes, ti.off0, ti.off1, ti.e8m0);
+      CK(cudaGetLastError());
+      TypeInfo twin = ti;
+      twin.name = ti.qtype == gq::Q4_0 ? "Q4_0 (no decode)" : "Q4_K (no decode)";
+      for (Shape sh : {Shape{4096, 14336}, Shape{14336, 4096}}) {
+        pool.copy_bytes = (size_t)sh.N * ((int64_t)sh.K / ti.block_elems * ti.block_bytes);
+        pool.copies = (int)(pool_bytes / pool.copy_bytes);
+        if (ti.qtype == gq::Q4_0) {
+          fast_rows<gq::Q4_0>(ti, pool, sh.N, sh.K, 1, x, out);
+          fast_rows<gq::NODECODE<gq::Q4_0>>(twin, pool, sh.N, sh.K, 1, x, out);
+        } else {
+          fast_rows<gq::Q4_K>(ti, pool, sh.N, sh.K, 1, x, out);
+          fast_rows<gq::NODECODE<gq::Q4_K>>(twin, pool, sh.N, sh.K, 1, x, out);
+        }
+      }
     }
   }
   if (what == "all" || what == "check") {
