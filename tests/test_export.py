@@ -29,6 +29,7 @@ from transformers import AutoModelForCausalLM
 
 from gguf_quant import save_gguf
 from gguf_quant.archs.export import ExportError
+from gguf_quant.gguf_io import tokenizer as tokenizer_keys
 from gguf_quant.gguf_io import writer
 from gguf_quant.gguf_io.reader import read_gguf
 from gguf_quant.modules import GgufExperts, GgufLinear
@@ -464,8 +465,8 @@ def _pre_tokenizers():
         # SmolLM2's published tokenizer.json: every digit split off, then GPT-2's byte-level regex
         "smollm": (pt.Sequence([pt.Digits(individual_digits=True), pt.ByteLevel(add_prefix_space=False, use_regex=True)]), False),
         "gpt-2": (pt.ByteLevel(add_prefix_space=False, use_regex=True), False),
-        "llama-bpe": (split(writer._LLAMA3_SPLIT), True),
-        "qwen2": (split(writer._QWEN2_SPLIT), False),
+        "llama-bpe": (split(tokenizer_keys._LLAMA3_SPLIT), True),
+        "qwen2": (split(tokenizer_keys._QWEN2_SPLIT), False),
     }
 
 
