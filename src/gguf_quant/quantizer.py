@@ -46,6 +46,11 @@ class GGUFQuantizer(HfQuantizer):
         self.transforms: list = []
         self.report = PackingReport()
         self.to_quantize: dict[str, str] = {}  # parameter -> ggml type, for quantizing on load
+        # A gpt-oss checkpoint with openai's MXFP4 experts (marked by `_merge_checkpoint_config`):
+        # its experts are repacked or requantized by our converters, so it is no pre-quantized load.
+        self.mxfp4_experts = vars(quantization_config).pop("checkpoint_quant_method", None) == "mxfp4"
+        if self.mxfp4_experts:
+            self.pre_quantized = False
         self._started = time.perf_counter()
 
     # --- reading the file ---------------------------------------------------------------------
@@ -155,7 +160,16 @@ class GGUFQuantizer(HfQuantizer):
             return
         self.to_quantize = {n: types[n] for n in self.report.packed if n in types}
         # gpt-oss's experts arrive in transformers' layout; GgufExperts quantizes llama.cpp's
-        self.transforms = archs.experts_to_llamacpp(model, self.to_quantize, arch)
+        self.transforms = archs.experts_to_llamacpp(model, self.to_quantize, arch, float_weights=not self.mxfp4_experts)
+        if self.mxfp4_experts:
+            from_mxfp4 = archs.experts_from_mxfp4(model, self.to_quantize, arch, self.dtype)
+            if not from_mxfp4:
+                raise ValueError(f"gguf_quant: an mxfp4 checkpoint of architecture {arch!r}: only gpt-oss's MXFP4 experts can be read")
+            self.transforms += from_mxfp4
+            # their converters quantize themselves: transformers' Quantize would get the blocks cast to float
+            done = {c.target_patterns[0] for c in from_mxfp4}
+            self.to_quantize = {n: t for n, t in self.to_quantize.items() if n not in done}
+            self.report.source += " from openai's MXFP4 experts"
 
     def update_weight_conversions(self, weight_conversions, model):
         if self.legacy:
@@ -224,3 +238,30 @@ class GGUFQuantizer(HfQuantizer):
 
     def is_serializable(self, safe_serialization=None) -> bool:
         return True
+
+
+def _merge_checkpoint_config(merge):
+    """Wrap transformers' `AutoHfQuantizer.merge_quantization_configs` so that a gpt-oss
+    checkpoint quantized by openai (`quant_method: mxfp4` in config.json) loads with a
+    `GgufQuantizeConfig(quant_type=...)`: transformers would refuse two config classes, so ours
+    wins, marked for `GGUFQuantizer` to read the MXFP4 experts itself."""
+
+    def merged(from_config, from_args):
+        method = from_config.get("quant_method") if isinstance(from_config, dict) else getattr(from_config, "quant_method", None)
+        if isinstance(from_args, GgufQuantizeConfig) and from_args.quant_type and method == "mxfp4":
+            logger.info("gguf_quant: config.json's mxfp4 quantization_config replaced by the GgufQuantizeConfig passed")
+            from_args.checkpoint_quant_method = "mxfp4"
+            return from_args
+        return merge(from_config, from_args)
+
+    merged.gguf_quant_wrapped = True
+    return merged
+
+
+def accept_mxfp4_checkpoints() -> None:
+    """Install `_merge_checkpoint_config` (idempotent)."""
+    from transformers.quantizers.auto import AutoHfQuantizer
+
+    merge = AutoHfQuantizer.merge_quantization_configs
+    if not getattr(merge, "gguf_quant_wrapped", False):
+        AutoHfQuantizer.merge_quantization_configs = staticmethod(_merge_checkpoint_config(merge))

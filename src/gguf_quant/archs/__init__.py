@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import torch
 from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
 
 from ..gguf_io.reader import GgufFile
@@ -18,7 +19,7 @@ from .conversions import GptOssExpertsLayout, NormPlusOne, Reshape, RopeUnpermut
 
 __all__ = [
     "ArchRules", "ARCH_RULES", "TensorPlan", "gguf_names", "gpt_oss_part", "plan_tensors", "is_supported",
-    "weight_transforms", "experts_to_llamacpp",
+    "weight_transforms", "experts_to_llamacpp", "experts_from_mxfp4",
 ]
 
 
@@ -260,10 +261,11 @@ def weight_transforms(plan: TensorPlan, unpack: dict[str, dict[str, int]], dtype
     return transforms
 
 
-def experts_to_llamacpp(model, packed: Iterable[str], arch: str) -> list:
+def experts_to_llamacpp(model, packed: Iterable[str], arch: str, float_weights: bool = True) -> list:
     """transformers `WeightConverter`s putting a float gpt-oss checkpoint's experts in llama.cpp's
     layout as they load, for each experts module among the `packed` parameters (quantized on load
-    into a `GgufExperts`, which holds its blocks and its gate/up bias in llama.cpp's order)."""
+    into a `GgufExperts`, which holds its blocks and its gate/up bias in llama.cpp's order).
+    `float_weights=False`: the biases only (the weights come as MXFP4, `experts_from_mxfp4`)."""
     from transformers.core_model_loading import WeightConverter
 
     from .conversions import GptOssExpertsLayout
@@ -273,9 +275,38 @@ def experts_to_llamacpp(model, packed: Iterable[str], arch: str) -> list:
     for module_name in modules:
         module = model.get_submodule(module_name)
         for param, part in _GPT_OSS_PARTS.items():
+            if not float_weights and not param.endswith("_bias"):
+                continue
             if getattr(module, param, None) is not None:
                 name = f"{module_name}.{param}"
                 transforms.append(WeightConverter([_exact(name)], name, [GptOssExpertsLayout(part, to_llamacpp=True)]))
+    return transforms
+
+
+def experts_from_mxfp4(model, types: dict[str, str], arch: str, dtype) -> list:
+    """transformers `WeightConverter`s for a gpt-oss checkpoint whose experts are openai's MXFP4
+    (`<param>_blocks` + `<param>_scales`): repacked byte for byte into ggml MXFP4 rows in llama.cpp's
+    layout, then kept as they are when `types` (packed parameter -> ggml type) says MXFP4,
+    dequantized (exactly, in float32) and quantized to another type, or, for experts left float,
+    dequantized into transformers' own layout in `dtype`."""
+    from transformers.core_model_loading import WeightConverter
+
+    from ..ggml.types import ggml_type
+    from .conversions import GptOssExpertsLayout, Mxfp4Repack, Quantize, Unpack
+
+    mxfp4 = ggml_type("MXFP4").id
+    transforms = []
+    for name, _ in model.named_parameters():
+        part = gpt_oss_part(name, arch)
+        if part not in ("gate_up", "down"):
+            continue
+        ops = [Mxfp4Repack(part)]
+        t = types.get(name)
+        if t is None:
+            ops += [Unpack({name: mxfp4}, dtype), GptOssExpertsLayout(part)]
+        elif ggml_type(t).id != mxfp4:
+            ops += [Unpack({name: mxfp4}, torch.float32), Quantize({name: t})]
+        transforms.append(WeightConverter([_exact(f"{name}_blocks"), _exact(f"{name}_scales")], name, ops))
     return transforms
 
 

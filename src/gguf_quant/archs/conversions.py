@@ -14,7 +14,7 @@ from ..ggml import dequantize
 
 __all__ = [
     "RopeUnpermuteRows", "NormPlusOne", "Reshape", "ConcatRows", "GptOssExpertsLayout", "gpt_oss_llamacpp_parts",
-    "Unpack", "Quantize",
+    "openai_mxfp4_to_ggml", "Mxfp4Repack", "Unpack", "Quantize",
 ]
 
 
@@ -126,9 +126,42 @@ class GptOssExpertsLayout(ConversionOps):
         return {full_layer_name: t.contiguous()}
 
 
+def openai_mxfp4_to_ggml(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """openai's MXFP4 rows (transformers' `*_blocks` `[..., G, 16]`: element 2k in the low nibble of
+    byte k, 2k+1 in the high one; `*_scales` `[..., G]` e8m0) -> ggml `block_mxfp4` rows
+    `[..., G * 17]`: the scale byte unchanged (both read it as 2^(e-127) times the e2m1 value), then
+    qs[j] = element j (low nibble) | element j+16 (high nibble). A pure byte/nibble permutation."""
+    codes = torch.stack((blocks & 0x0F, blocks >> 4), dim=-1).flatten(-2)  # [..., G, 32], element order
+    qs = codes[..., :16] | (codes[..., 16:] << 4)
+    return torch.cat((scales.unsqueeze(-1), qs), dim=-1).flatten(-2)
+
+
+class Mxfp4Repack(ConversionOps):
+    """gpt-oss experts as openai ships them (`*_blocks` + `*_scales`, one row per output feature,
+    gate and up rows interleaved) -> ggml MXFP4 rows in llama.cpp's layout: `gate_up` `[E, 2I, H]`
+    as gate rows then up rows, `down` `[E, H, I]`. Bytes move, nothing is rounded, so the result
+    is what `GgufExperts` holds for an MXFP4 type; other types `Unpack` and requantize it."""
+
+    supports_packed = True
+
+    def __init__(self, part: str):
+        if part not in ("gate_up", "down"):
+            raise ValueError(f"Mxfp4Repack: unknown part {part!r}")
+        self.part = part
+
+    def convert(self, input_dict, source_patterns=None, target_patterns=None, full_layer_name=None, **kwargs):
+        # (in that order; for experts left float transformers casts the bytes to the model dtype
+        # on the way in, exactly: 0..255 are integers in any float type)
+        blocks, scales = (_single({p: input_dict[p]}).to(torch.uint8) for p in source_patterns)
+        rows = openai_mxfp4_to_ggml(blocks, scales)
+        if self.part == "gate_up":
+            rows = torch.cat((rows[:, 0::2], rows[:, 1::2]), dim=1)
+        return {full_layer_name: rows.contiguous()}
+
+
 class Unpack(ConversionOps):
-    """Dequantize tensors whose module cannot hold blocks; runs before any other op.
-    `types` gives each source pattern's ggml type (gate and up experts may differ)."""
+    """Dequantize tensors whose module cannot hold blocks; runs before any other op but
+    `Mxfp4Repack`. `types` gives each input key's ggml type (gate and up experts may differ)."""
 
     supports_packed = False
 
