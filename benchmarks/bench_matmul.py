@@ -23,6 +23,9 @@ import torch
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from random_blocks import SCALE_FIELDS  # noqa: E402
+
 DEV = torch.device("cuda")
 DENSE_SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096), (4096, 1024), (4096, 128256)]
 MS = [1, 2, 4, 8, 16, 64, 512, 2048]
@@ -32,8 +35,6 @@ MOE_SHAPES = [("qwen3-30b-a3b gate", 2048, 768, 128, 8), ("gpt-oss-20b gate", 28
 MOE_TS = [1, 8, 32, 512]
 ROTATE_BYTES = 2.2e9
 
-_HALF_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
-                "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0]}
 
 # llama.cpp on this H200 (ANCHORS.md, Nov 2026): microseconds per call.
 def _anchors() -> dict:
@@ -84,7 +85,7 @@ def random_weights(name: str, shape: tuple[int, ...], K: int) -> torch.Tensor:
     raw = torch.randint(0, 256, (*shape, nb, ts), dtype=torch.uint8, device=DEV)
     if name == "MXFP4":
         raw[..., 0] = torch.randint(118, 134, raw.shape[:-1], dtype=torch.uint8, device=DEV)
-    for off in _HALF_FIELDS.get(name, []):
+    for off in SCALE_FIELDS.get(name, []):
         h = (torch.randn(raw.shape[:-1], device=DEV) * 0.01).half()
         raw[..., off : off + 2] = h.view(torch.uint8).reshape(*raw.shape[:-1], 2)
     return raw.reshape(*shape, nb * ts)

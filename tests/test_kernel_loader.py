@@ -12,6 +12,7 @@ from packaging.version import Version
 
 from gguf_quant import build_kernels as bk
 from gguf_quant import kernel_loader as kl
+from random_blocks import random_blocks
 
 CUDA = torch.device("cuda")  # kernel_op only looks at device.type; nothing runs on it
 Q8_0, Q4_K, IQ2_XXS = 8, 12, 16
@@ -256,8 +257,6 @@ def test_module_without_ops_is_rejected(env, tmp_path, no_hub):
 
 _DECODER_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
                   "IQ4_NL", "IQ4_XS", "MXFP4"]
-_HALF_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
-                "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0]}
 
 
 @pytest.fixture(scope="module")
@@ -285,17 +284,11 @@ def test_cuda_decoders_match_gguf_py_bit_for_bit(host_decoders, name):
     from gguf.quants import dequantize
 
     qt = GGMLQuantizationType[name]
-    bs, ts = GGML_QUANT_SIZES[qt]
+    bs, _ = GGML_QUANT_SIZES[qt]
     rng = np.random.default_rng()
     for cols in ([256, 768] if bs == 256 else [32, 96, 2880]):  # 96: a half 64-element unit
-        rows, nb = 5, cols // bs
-        raw = rng.integers(0, 256, size=(rows, nb, ts), dtype=np.uint8)
-        if name == "MXFP4":
-            raw[:, :, 0] = rng.integers(110, 140, size=(rows, nb))
-        for off in _HALF_FIELDS.get(name, []):
-            h = (rng.standard_normal((rows, nb)) * 0.01).astype(np.float16)
-            raw[:, :, off : off + 2] = h.view(np.uint8).reshape(rows, nb, 2)
-        packed = np.ascontiguousarray(raw.reshape(rows, nb * ts))
+        rows = 5
+        packed = np.ascontiguousarray(random_blocks(name, (rows,), cols, rng, e8m0=(110, 140)))
         ref = dequantize(packed, qt).reshape(rows, cols).astype(np.float32)
         out = np.full((rows, cols), np.nan, np.float32)
         rc = host_decoders.decode_rows(int(qt), packed.ctypes.data_as(ctypes.c_void_p), rows, packed.shape[1], cols,

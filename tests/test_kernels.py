@@ -15,6 +15,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from gguf_quant import kernel_loader
 from kernel_build import kernel_module_or_skip
+from random_blocks import random_blocks
 
 KMOD = kernel_module_or_skip()
 
@@ -22,12 +23,6 @@ TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 TOL = {torch.bfloat16: 1e-2, torch.float16: 1e-2, torch.float32: 1e-3}
 DEV = torch.device("cuda")
-
-# Offsets of the fp16 scale fields in each block (ggml-common.h): random bytes there could be
-# inf/NaN, so they get sane random values; every other byte stays random.
-_HALF_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
-                "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0]}
-
 
 def qid(name: str) -> int:
     return int(GGMLQuantizationType[name])
@@ -39,16 +34,7 @@ def block_of(name: str) -> tuple[int, int]:
 
 def random_packed(name: str, shape: tuple[int, ...], cols: int, rng: np.random.Generator) -> torch.Tensor:
     """Random valid blocks for a [*shape, cols] weight, as uint8 [*shape, row_bytes] on the GPU."""
-    bs, ts = block_of(name)
-    nb = cols // bs
-    rows = int(np.prod(shape))
-    raw = rng.integers(0, 256, size=(rows, nb, ts), dtype=np.uint8)
-    if name == "MXFP4":
-        raw[:, :, 0] = rng.integers(118, 134, size=(rows, nb))
-    for off in _HALF_FIELDS.get(name, []):
-        h = (rng.standard_normal((rows, nb)) * 0.01).astype(np.float16)
-        raw[:, :, off : off + 2] = h.view(np.uint8).reshape(rows, nb, 2)
-    return torch.from_numpy(raw.reshape(*shape, nb * ts)).to(DEV)
+    return torch.from_numpy(random_blocks(name, shape, cols, rng)).to(DEV)
 
 
 def ref_dequant(packed: torch.Tensor, name: str) -> torch.Tensor:

@@ -18,26 +18,19 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "src"))
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "tests"))
+from gguf.constants import GGMLQuantizationType as QT  # noqa: E402
 
 from gguf_quant import kernel_loader  # noqa: E402
+from random_blocks import random_blocks  # noqa: E402
 
 DEV = torch.device("cuda")
-HALF_FIELDS = {"Q4_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_XS": [0]}
 KS = {"Q4_0": [768, 4096], "Q8_0": [768, 4096], "Q4_K": [768, 4096], "Q5_K": [256, 4096], "Q6_K": [2048, 6144],
       "IQ4_XS": [1024, 4096], "MXFP4": [512, 4096]}
 
 
-def random_packed(name, rows, cols, gen):
-    bs, ts = GGML_QUANT_SIZES[QT[name]]
-    nb = cols // bs
-    raw = torch.randint(0, 256, (rows, nb, ts), dtype=torch.uint8, device=DEV, generator=gen)
-    if name == "MXFP4":
-        raw[..., 0] = torch.randint(118, 134, (rows, nb), dtype=torch.uint8, device=DEV, generator=gen)
-    for off in HALF_FIELDS.get(name, []):
-        h = (torch.randn((rows, nb), device=DEV, generator=gen) * 0.01).half()
-        raw[..., off:off + 2] = h.view(torch.uint8).reshape(rows, nb, 2)
-    return raw.reshape(rows, nb * ts)
+def random_packed(name, rows, cols, rng):
+    return torch.from_numpy(random_blocks(name, (rows,), cols, rng)).to(DEV)
 
 
 def ref_w(packed, name):
@@ -59,12 +52,13 @@ def main():
         return 2
     gen = torch.Generator(device=DEV)
     gen.manual_seed(int(os.environ.get("SEED", "0")))
+    rng = np.random.default_rng(int(os.environ.get("SEED", "0")))  # the weights' blocks
     bad = 0
     for name, ks in KS.items():
         worst = 0.0
         for K in ks:
             for N in (1000, 999, 48):
-                packed = random_packed(name, N, K, gen)
+                packed = random_packed(name, N, K, rng)
                 w = ref_w(packed, name)
                 for dtype in (torch.bfloat16, torch.float16):
                     for M in (1, 2, 3, 4, 5, 8):
@@ -80,7 +74,7 @@ def main():
     # CUDA graph: capture once, replay on new inputs
     for name in ("Q4_K", "Q4_0"):
         K, N, M = 4096, 512, 1
-        packed = random_packed(name, N, K, gen)
+        packed = random_packed(name, N, K, rng)
         w = ref_w(packed, name)
         x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16, generator=gen)
         s = torch.cuda.Stream()

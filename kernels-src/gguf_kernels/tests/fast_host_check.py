@@ -19,20 +19,10 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 from gguf.quants import dequantize
 
-HALF_FIELDS = {"Q4_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_XS": [0]}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests"))
+from random_blocks import random_blocks  # noqa: E402
+
 TYPES = ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"]
-
-
-def random_packed(name, rows, cols, rng):
-    bs, ts = GGML_QUANT_SIZES[QT[name]]
-    nb = cols // bs
-    raw = rng.integers(0, 256, size=(rows, nb, ts), dtype=np.uint8)
-    if name == "MXFP4":
-        raw[:, :, 0] = rng.integers(118, 134, size=(rows, nb))
-    for off in HALF_FIELDS.get(name, []):
-        h = (rng.standard_normal((rows, nb)) * 0.01).astype(np.float16)
-        raw[:, :, off:off + 2] = h.view(np.uint8).reshape(rows, nb, 2)
-    return raw.reshape(rows, nb * ts)
 
 
 def bf16_round(a):
@@ -57,7 +47,7 @@ def main():
         bs, ts = GGML_QUANT_SIZES[QT[name]]
         for K in ([2048, 4096] if name in ("Q6_K", "IQ4_XS", "MXFP4") else [1024, 2048]):
             R = 37
-            packed = random_packed(name, R, K, rng)
+            packed = random_blocks(name, (R,), K, rng)
             w = dequantize(packed, QT[name]).reshape(R, K).astype(np.float64)
             for M, U in ((1, 1), (2, 2), (3, 4), (8, 1), (1, 4), (8, 2)):
                 x = rng.standard_normal((M, K)) * np.exp(rng.uniform(-6, 6, size=(M, K // 16)).repeat(16, axis=1))
@@ -80,7 +70,7 @@ def main():
         big = name in ("IQ4_XS", "MXFP4")
         for K in ([2048, 4096, 5120] if big else [1024, 2048, 2560]):
             R = 37
-            packed = random_packed(name, R, K, rng)
+            packed = random_blocks(name, (R,), K, rng)
             w = dequantize(packed, QT[name]).reshape(R, K).astype(np.float64)
             x = bf16_round(rng.standard_normal(K) * np.exp(rng.uniform(-6, 6, size=K // 16)).repeat(16))
             out = np.full(R, np.nan, np.float32)

@@ -1,0 +1,26 @@
+"""Random valid ggml blocks, for the dequantizer and kernel checks: every byte random except the
+scale fields, where random bytes could be inf/NaN (fp16) or out of range (MXFP4's e8m0)."""
+from __future__ import annotations
+
+import numpy as np
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+# Offsets of the fp16 scale fields in each block (ggml-common.h).
+SCALE_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
+                "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0]}
+
+
+def random_blocks(name: str, shape: tuple[int, ...], cols: int, rng: np.random.Generator,
+                  e8m0: tuple[int, int] = (118, 134)) -> np.ndarray:
+    """uint8 [*shape, row_bytes] for a [*shape, cols] weight of type `name`: fp16 scales ~ N(0, 0.01),
+    MXFP4 exponents drawn from `e8m0` (low inclusive, high exclusive)."""
+    bs, ts = GGML_QUANT_SIZES[GGMLQuantizationType[name]]
+    nb = cols // bs
+    rows = int(np.prod(shape))
+    raw = rng.integers(0, 256, size=(rows, nb, ts), dtype=np.uint8)
+    if name == "MXFP4":
+        raw[:, :, 0] = rng.integers(*e8m0, size=(rows, nb))
+    for off in SCALE_FIELDS.get(name, []):
+        h = (rng.standard_normal((rows, nb)) * 0.01).astype(np.float16)
+        raw[:, :, off : off + 2] = h.view(np.uint8).reshape(rows, nb, 2)
+    return raw.reshape(*shape, nb * ts)
