@@ -243,6 +243,13 @@ static void with_type(int qtype, F&& f) {
   }
 }
 
+// The whole pool as random valid blocks of one type.
+static void fill_blocks(uint8_t* base, size_t bytes, const TypeInfo& ti, uint64_t seed) {
+  fill_random<<<4096, 256>>>(reinterpret_cast<uint32_t*>(base), bytes / 4, seed);
+  fix_scales<<<4096, 256>>>(base, bytes / ti.block_bytes, ti.block_bytes, ti.off0, ti.off1, ti.e8m0);
+  CK(cudaGetLastError());
+}
+
 template <int T>
 static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M, const void* x, void* out) {
   const int64_t row_bytes = (int64_t)K / ti.block_elems * ti.block_bytes;
@@ -319,6 +326,10 @@ int main(int argc, char** argv) {
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   std::printf("| probe | us | GB/s |\n| --- | ---: | ---: |\n");
+  void *x, *out;  // activations and outputs: up to 8 tokens of the widest K or N
+  CK(cudaMalloc(&x, (size_t)8 * 14336 * 2));
+  CK(cudaMalloc(&out, (size_t)8 * 14336 * 2));
+  upload_bf16(x, (size_t)8 * 14336, 7);
 
   if ((what == "all" || what == "probe") && only.empty()) {
     const int N = 14336;
@@ -368,16 +379,10 @@ int main(int argc, char** argv) {
   }
 
   if (what == "all" || what == "fast") {
-    void *x, *out;
-    CK(cudaMalloc(&x, (size_t)8 * 14336 * 2));
-    CK(cudaMalloc(&out, (size_t)8 * 14336 * 2));
-    upload_bf16(x, (size_t)8 * 14336, 7);
     struct Shape { int K, N; };
     for (const TypeInfo& ti : TYPES) {
       if (!only.empty() && only != ti.name) continue;
-      fill_random<<<4096, 256>>>(reinterpret_cast<uint32_t*>(pool.base), pool_bytes / 4, 12345);
-      fix_scales<<<4096, 256>>>(pool.base, pool_bytes / ti.block_bytes, ti.block_bytes, ti.off0, ti.off1, ti.e8m0);
-      CK(cudaGetLastError());
+      fill_blocks(pool.base, pool_bytes, ti, 12345);
       for (Shape sh : {Shape{4096, 14336}, Shape{14336, 4096}, Shape{4096, 4096}})
         for (int M : {1, 8}) {
           if (M == 8 && sh.K != 4096) continue;
@@ -390,16 +395,10 @@ int main(int argc, char** argv) {
     }
   }
   if (what == "all" || what == "nodecode") {
-    void *x, *out;
-    CK(cudaMalloc(&x, (size_t)14336 * 2));
-    CK(cudaMalloc(&out, (size_t)14336 * 2));
-    upload_bf16(x, 14336, 5);
     struct Shape { int K, N; };
     for (const TypeInfo& ti : TYPES) {
       if (ti.qtype != gq::Q4_0 && ti.qtype != gq::Q4_K) continue;
-      fill_random<<<4096, 256>>>(reinterpret_cast<uint32_t*>(pool.base), pool_bytes / 4, 12345);
-      fix_scales<<<4096, 256>>>(pool.base, pool_bytes / ti.block_bytes, ti.block_bytes, ti.off0, ti.off1, ti.e8m0);
-      CK(cudaGetLastError());
+      fill_blocks(pool.base, pool_bytes, ti, 12345);
       TypeInfo twin = ti;
       twin.name = ti.qtype == gq::Q4_0 ? "Q4_0 (no decode)" : "Q4_K (no decode)";
       for (Shape sh : {Shape{4096, 14336}, Shape{14336, 4096}}) {
@@ -416,15 +415,9 @@ int main(int argc, char** argv) {
     }
   }
   if (what == "all" || what == "check") {
-    void *x, *out;
-    CK(cudaMalloc(&x, (size_t)14336 * 2));
-    CK(cudaMalloc(&out, (size_t)14336 * 2));
-    upload_bf16(x, 14336, 11);
     struct Shape { int N, K; };
     for (const TypeInfo& ti : TYPES) {
-      fill_random<<<4096, 256>>>(reinterpret_cast<uint32_t*>(pool.base), pool_bytes / 4, 999);
-      fix_scales<<<4096, 256>>>(pool.base, pool_bytes / ti.block_bytes, ti.block_bytes, ti.off0, ti.off1, ti.e8m0);
-      CK(cudaGetLastError());
+      fill_blocks(pool.base, pool_bytes, ti, 999);
       for (Shape sh : {Shape{14336, 4096}, Shape{4095, 14336}, Shape{1000, 768}, Shape{999, 1024}, Shape{48, 512},
                        Shape{1024, 4096}, Shape{3, 2048}})
         with_type(ti.qtype, [&](auto t) { check_diag<decltype(t)::value>(ti, pool.base, sh.N, sh.K, x, out); });
