@@ -288,17 +288,15 @@ static void check_diag(const TypeInfo& ti, uint8_t* w, int N, int K, const void*
   CK(cudaMalloc(&scratch, sb));
   std::vector<uint16_t> h[2];
   for (int v = 0; v < 2; ++v) {
-    setenv("GGUF_KERNELS_FAST_NODIAG", v ? "1" : "0", 1);
     gq::GemvArgs a = {};
     a.w = w; a.row_bytes = row_bytes; a.N = N; a.K = K; a.x = x; a.x_stride = K;
     a.out = out; a.out_stride = N; a.M = 1; a.mode = gq::GEMV_DENSE;
     CK(cudaMemset(out, 0xFF, (size_t)N * 2));  // poison: NaN in bf16
-    CK(gq::launch_gemv_fast<T>(a, gq::DType::BF16, scratch, sb, 1, 0));
+    CK(gq::fast::launch_with<T>(a, gq::DType::BF16, scratch, sb, 1, /*diag=*/v == 0, 0));
     CK(cudaDeviceSynchronize());
     h[v].resize(N);
     CK(cudaMemcpy(h[v].data(), out, (size_t)N * 2, cudaMemcpyDeviceToHost));
   }
-  unsetenv("GGUF_KERNELS_FAST_NODIAG");
   double num = 0, den = 0;
   int bad = 0;
   for (int i = 0; i < N; ++i) {

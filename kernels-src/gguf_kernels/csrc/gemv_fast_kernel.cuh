@@ -465,7 +465,7 @@ Choice choose(int N, int K, int M, int sms) {
 // M = 1 (gemv_diag_kernel): PW row pairs per CTA, W warps per pair splitting K, S stages. Enough
 // warps for ~16 per SM (one row pair is one warp's whole K unless N is small).
 struct DiagChoice { int PW, W, S; };
-inline int knob_nodiag() { return env_knob("GGUF_KERNELS_FAST_NODIAG"); }
+inline int knob_nodiag() { static const int v = env_knob("GGUF_KERNELS_FAST_NODIAG"); return v; }
 inline int knob_pw() { static const int v = env_knob("GGUF_KERNELS_FAST_PW"); return v; }
 template <int T>
 DiagChoice choose_diag(int N, int K) {
@@ -479,8 +479,11 @@ DiagChoice choose_diag(int N, int K) {
   return {PW, W, S};
 }
 
+// diag: M = 1 through gemv_diag_kernel (launch() passes !GGUF_KERNELS_FAST_NODIAG; benchmarks/gemv_probe.cu
+// calls this directly to compare both kernels in one process).
 template <int T>
-cudaError_t launch(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, int pdl, cudaStream_t stream) {
+cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, int pdl, bool diag,
+                        cudaStream_t stream) {
   using L = FT<T>;
   if constexpr (!L::OK) {
     return cudaErrorNotSupported;
@@ -509,7 +512,7 @@ cudaError_t launch(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_s
     void (*kernel)(FastArgs);
     dim3 grid, block;
     size_t smem;
-    if (M == 1 && !L::MIS && !knob_nodiag()) {
+    if (M == 1 && !L::MIS && diag) {
       const DiagChoice dc = choose_diag<T>(N, K);
       kernel = gemv_diag_kernel<T>;
       a.S = dc.S; a.U = 1; a.RS = 8 * L::CB;
@@ -549,6 +552,11 @@ cudaError_t launch(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_s
     kernel<<<grid, block, smem, stream>>>(a);
     return cudaGetLastError();
   }
+}
+
+template <int T>
+cudaError_t launch(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, int pdl, cudaStream_t stream) {
+  return launch_with<T>(ga, xt, scratch, scratch_size, pdl, !knob_nodiag(), stream);
 }
 
 }  // namespace fast
