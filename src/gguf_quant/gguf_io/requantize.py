@@ -43,14 +43,14 @@ from ..ggml.types import FLOAT_TYPES, GgmlType, ggml_type
 from ..mixes import ModelFacts, choose_types
 from .files import check_destination, move_into_place, partial_path
 from .reader import GgufError, GgufFile, read_gguf
-from .writer import plain_value, source_tokenizer
+from .writer import copied_metadata, source_tokenizer
 
 __all__ = ["quantize_gguf", "facts_of"]
 
 _ALIGNMENT = 32  # GGUF's default when general.alignment is absent
-# Keys the output sets itself: the writer's architecture, the alignment it lays the data out
-# with, and the new file type and quantization version.
-_OWN_KEYS = {Keys.General.ARCHITECTURE, Keys.General.ALIGNMENT, Keys.General.FILE_TYPE, Keys.General.QUANTIZATION_VERSION}
+# Keys the output sets itself besides those `copied_metadata` leaves out: the new file type and
+# quantization version.
+_OWN_KEYS = {Keys.General.FILE_TYPE, Keys.General.QUANTIZATION_VERSION}
 _QUANTIZABLE_SOURCES = ("F32", "F16", "BF16")
 
 
@@ -177,12 +177,7 @@ def _file_type(mix: str) -> int | None:
 def _metadata(gguf: GgufFile, mix: str) -> dict[str, GGUFValue]:
     """The source's key/values (typed as llama.cpp reads them), with the file type and
     quantization version of the new file, as llama-quantize writes them."""
-    meta = {}
-    for key, value in gguf.metadata.items():
-        if key in _OWN_KEYS or key.startswith(("split.", "tokenizer.")) or value in ([], ()):  # GGUF has no empty arrays
-            continue
-        meta[key] = plain_value(value)
-    meta |= source_tokenizer(gguf.metadata)
+    meta = copied_metadata(gguf.metadata, _OWN_KEYS) | source_tokenizer(gguf.metadata)
     ftype = _file_type(mix)
     if ftype is not None:
         meta[Keys.General.FILE_TYPE] = GGUFValue(ftype, GGUFValueType.UINT32)

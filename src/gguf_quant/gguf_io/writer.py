@@ -36,9 +36,10 @@ __all__ = ["save_gguf", "ExportError"]
 logger = logging.getLogger("gguf_quant")
 
 # Keys the writer owns: the architecture is the constructor's, the alignment its default (a
-# copied alignment would not match the data it lays out), split.* describes shards we do not write.
+# copied alignment would not match the data it lays out), split.* describes shards we do not write,
+# tokenizer.* is written from its own source (`source_tokenizer` or a tokenizer).
 _NOT_COPIED = {Keys.General.ARCHITECTURE, Keys.General.ALIGNMENT}
-_NOT_COPIED_PREFIXES = ("split.",)
+_NOT_COPIED_PREFIXES = ("split.", "tokenizer.")
 # Tokenizer keys whose element type `plain_value` would not guess (llama.cpp checks it).
 _TOKENIZER_TYPES = {Keys.Tokenizer.PRECOMPILED_CHARSMAP: GGUFValueType.UINT8}
 
@@ -102,14 +103,7 @@ def _array_layout(t: ExportTensor) -> tuple[tuple[int, ...], type]:
 def model_metadata(model, arch: str, tensors: list[ExportTensor], tokenizer=None, tokenizer_pre=None) -> dict[str, GGUFValue]:
     """Every key/value of the file except `general.architecture` (the writer's own)."""
     source: dict = getattr(model, "gguf_metadata", None) or {}
-    meta: dict[str, GGUFValue] = {}
-    owned = export.owned_keys(arch)
-    for key, value in source.items():
-        if key in _NOT_COPIED or key.startswith(_NOT_COPIED_PREFIXES) or key.startswith("tokenizer."):
-            continue
-        if (key.startswith(f"{arch}.") and key in owned) or value in ([], ()):  # GGUF has no empty arrays
-            continue
-        meta[key] = plain_value(value)
+    meta = copied_metadata(source, {k for k in export.owned_keys(arch) if k.startswith(f"{arch}.")})
     if not source:
         name = getattr(model.config, "name_or_path", "") or ""
         if name:
@@ -124,6 +118,19 @@ def model_metadata(model, arch: str, tensors: list[ExportTensor], tokenizer=None
         meta.update(source_tokenizer(source, n_vocab))
     else:
         logger.warning("save_gguf: no tokenizer metadata (the model has no gguf_metadata); pass tokenizer= so llama.cpp can tokenize")
+    return meta
+
+
+def copied_metadata(source: dict, skip: set[str]) -> dict[str, GGUFValue]:
+    """The source file's key/values a new file keeps, typed as llama.cpp reads them: all but the
+    writer's own, the shard and tokenizer keys (written apart) and the keys in `skip`."""
+    meta: dict[str, GGUFValue] = {}
+    for key, value in source.items():
+        if key in _NOT_COPIED or key in skip or key.startswith(_NOT_COPIED_PREFIXES):
+            continue
+        if value in ([], ()):  # GGUF has no empty arrays
+            continue
+        meta[key] = plain_value(value)
     return meta
 
 
