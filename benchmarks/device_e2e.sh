@@ -31,7 +31,7 @@ el "8B-shape F16 written: $(du -h /tmp/m/l8b-f16.gguf | cut -f1)"
 while [ ! -f /tmp/ll/build.rc ] && [ $(( $(date +%s) - T0 )) -lt 300 ]; do sleep 3; done
 el "llama-quantize build rc: $(cat /tmp/ll/build.rc 2>/dev/null || echo timeout)"
 LQ=$LL/build/bin/llama-quantize; [ -x "$LQ" ] && LQARG="--llama-quantize $LQ --threads $(nproc)" || tail -5 /tmp/ll/build.log
-for MIX in Q4_K_M Q8_0; do
+for MIX in ${MIXES:-Q4_K_M Q8_0}; do
   [ $(( $(date +%s) - T0 )) -gt ${QUANT_BEFORE:-430} ] && { el "no time left for $MIX"; break; }
   python3 benchmarks/bench_quantize.py /tmp/m/l8b-f16.gguf --mix $MIX --out /tmp/m $LQARG 2>&1 | tee "$OUTD/quantize_$MIX.md" | tail -8
   el "$MIX done"

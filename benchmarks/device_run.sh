@@ -30,10 +30,10 @@ el "sanitizer done"
 python3 benchmarks/bench_matmul.py ${QUICK:+--quick} --save-rows "$OUTD/rows.json" --out "$OUTD/bench.md" 2>&1 \
   | tee "$OUTD/bench.log" | grep -v "done (" | tail -3
 el "our bench done"
-if [ -z "$NO_PROBE" ]; then  # read floor, decode cost and M = 1 kernels (benchmarks/gemv_probe.cu)
+if [ -z "$NO_PROBE" ]; then  # both M = 1 kernels side by side, and their agreement (benchmarks/gemv_probe.cu)
   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernels-src/gguf_kernels/csrc benchmarks/gemv_probe.cu \
-    -o /tmp/gemv_probe && for m in probe nodecode check; do /tmp/gemv_probe $m; done > "$OUTD/probe.md" 2>&1
-  grep -E "no decode|FAIL" "$OUTD/probe.md" | tail -6; el "probe done"
+    -o /tmp/gemv_probe && for m in m1 check; do /tmp/gemv_probe $m; done > "$OUTD/probe.md" 2>&1
+  grep -E "14336 M=1|FAIL" "$OUTD/probe.md" | tail -30; el "probe done"
 fi
 if [ -f .dev/llama.tgz ] && [ -z "$NO_LLAMA" ]; then
   python3 benchmarks/bench_matmul.py ${QUICK:+--quick} --emit-cases /tmp/cases.txt

@@ -5,7 +5,8 @@
 //     benchmarks/gemv_probe.cu -o gemv_probe
 //   ./gemv_probe probe [cp0|cp1]   reads only: linear, per-warp spans, the fast kernel's copy pipeline
 //   ./gemv_probe fast [TYPE]       the fast kernel (GGUF_KERNELS_FAST_* knobs apply)
-//   ./gemv_probe check             M = 1 diagonal kernel against the 16-row tile kernel, same inputs
+//   ./gemv_probe m1 [TYPE]         the two M = 1 kernels (16-row tile, stream) side by side
+//   ./gemv_probe check             the M = 1 stream kernel against the 16-row tile kernel, same inputs
 //   ./gemv_probe nodecode          Q4_0 / Q4_K at M = 1 next to their twins with the decode left out
 // Every timed row reads a different copy of the weights on each launch (copies span 3 GB, so nothing
 // stays in the 60 MB L2), launches are captured in a CUDA graph, and the median time per launch over
@@ -251,7 +252,8 @@ static void fill_blocks(uint8_t* base, size_t bytes, const TypeInfo& ti, uint64_
 }
 
 template <int T>
-static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M, const void* x, void* out) {
+static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M, const void* x, void* out,
+                      bool m1_tile = false) {
   const int64_t row_bytes = (int64_t)K / ti.block_elems * ti.block_bytes;
   const size_t sb = gq::gemv_fast_scratch<T>(K, M, row_bytes);
   if (!sb) { std::printf("| %s fast path does not take K=%d M=%d |\n", ti.name, K, M); return; }
@@ -261,7 +263,7 @@ static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M,
     gq::GemvArgs a = {};
     a.w = pool.copy(i); a.row_bytes = row_bytes; a.N = N; a.K = K; a.x = x; a.x_stride = K;
     a.out = out; a.out_stride = N; a.M = M; a.mode = gq::GEMV_DENSE;
-    CK(gq::launch_gemv_fast<T>(a, gq::DType::BF16, scratch, sb, 1, s));
+    CK(gq::fast::launch_with<T>(a, gq::DType::BF16, scratch, sb, 1, m1_tile, s));
   };
   const float us = time_graph(one, 64);
   // checksum of one output (same data every run: compares copy mappings across processes)
@@ -272,42 +274,42 @@ static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M,
   uint64_t sum = 1469598103934665603ull;
   for (uint16_t v : h) sum = (sum ^ v) * 1099511628211ull;
   char name[96];
-  std::snprintf(name, sizeof name, "fast %s %d->%d M=%d [%016llx]", ti.name, K, N, M, (unsigned long long)sum);
+  std::snprintf(name, sizeof name, "fast %s %d->%d M=%d%s [%016llx]", ti.name, K, N, M,
+                M == 1 ? (m1_tile ? " tile" : " stream") : "", (unsigned long long)sum);
   row(name, (double)N * row_bytes, us);
   CK(cudaFree(scratch));
 }
 
-// The M = 1 kernel (gemv_diag_kernel) against the 16-row tile kernel on the same inputs: both
+// The M = 1 kernel (gemv_stream_kernel) against the 16-row tile kernel on the same inputs: both
 // approximate the exact product to the output's rounding, so they must agree to ~1e-3.
 template <int T>
-static void check_diag(const TypeInfo& ti, uint8_t* w, int N, int K, const void* x, void* out) {
+static void check_m1(const TypeInfo& ti, uint8_t* w, int N, int K, const void* x, void* out) {
   const int64_t row_bytes = (int64_t)K / ti.block_elems * ti.block_bytes;
   const size_t sb = gq::gemv_fast_scratch<T>(K, 1, row_bytes);
   if (!sb) { std::printf("| check %s K=%d: fast path does not take it |\n", ti.name, K); return; }
   void* scratch;
   CK(cudaMalloc(&scratch, sb));
-  std::vector<uint16_t> h[2];
-  for (int v = 0; v < 2; ++v) {
+  std::vector<float> h[2];
+  for (int tile = 0; tile < 2; ++tile) {
     gq::GemvArgs a = {};
     a.w = w; a.row_bytes = row_bytes; a.N = N; a.K = K; a.x = x; a.x_stride = K;
     a.out = out; a.out_stride = N; a.M = 1; a.mode = gq::GEMV_DENSE;
     CK(cudaMemset(out, 0xFF, (size_t)N * 2));  // poison: NaN in bf16
-    CK(gq::fast::launch_with<T>(a, gq::DType::BF16, scratch, sb, 1, /*diag=*/v == 0, 0));
+    CK(gq::fast::launch_with<T>(a, gq::DType::BF16, scratch, sb, 1, tile == 1, 0));
     CK(cudaDeviceSynchronize());
-    h[v].resize(N);
-    CK(cudaMemcpy(h[v].data(), out, (size_t)N * 2, cudaMemcpyDeviceToHost));
+    std::vector<uint16_t> raw(N);
+    CK(cudaMemcpy(raw.data(), out, (size_t)N * 2, cudaMemcpyDeviceToHost));
+    for (uint16_t r : raw) { const uint32_t u = (uint32_t)r << 16; float f; std::memcpy(&f, &u, 4); h[tile].push_back(f); }
   }
   double num = 0, den = 0;
   int bad = 0;
   for (int i = 0; i < N; ++i) {
-    float f[2];
-    for (int v = 0; v < 2; ++v) { const uint32_t u = (uint32_t)h[v][i] << 16; std::memcpy(&f[v], &u, 4); }
-    if (!std::isfinite(f[0]) || !std::isfinite(f[1])) ++bad;
-    num += (double)(f[0] - f[1]) * (f[0] - f[1]);
-    den += (double)f[1] * f[1];
+    if (!std::isfinite(h[0][i]) || !std::isfinite(h[1][i])) ++bad;
+    num += (double)(h[0][i] - h[1][i]) * (h[0][i] - h[1][i]);
+    den += (double)h[1][i] * h[1][i];
   }
   const double rel = std::sqrt(num / std::max(den, 1e-30));
-  std::printf("| check %s N=%d K=%d: diag vs tile rel %.2e, non-finite %d | %s |\n", ti.name, N, K, rel, bad,
+  std::printf("| check %s N=%d K=%d: stream vs tile rel %.2e, non-finite %d | %s |\n", ti.name, N, K, rel, bad,
               (bad == 0 && rel < 5e-3) ? "ok" : "FAIL");
   CK(cudaFree(scratch));
 }
@@ -392,6 +394,20 @@ int main(int argc, char** argv) {
         }
     }
   }
+  if (what == "all" || what == "m1") {  // both M = 1 kernels side by side
+    struct Shape { int K, N; };
+    for (const TypeInfo& ti : TYPES) {
+      if (!only.empty() && only != ti.name) continue;
+      fill_blocks(pool.base, pool_bytes, ti, 12345);
+      for (Shape sh : {Shape{4096, 14336}, Shape{14336, 4096}, Shape{4096, 4096}, Shape{4096, 1024}}) {
+        const int64_t rb = (int64_t)sh.K / ti.block_elems * ti.block_bytes;
+        pool.copy_bytes = (size_t)sh.N * rb;
+        pool.copies = (int)(pool_bytes / pool.copy_bytes);
+        for (bool tile : {true, false})
+          with_type(ti.qtype, [&](auto t) { fast_rows<decltype(t)::value>(ti, pool, sh.N, sh.K, 1, x, out, tile); });
+      }
+    }
+  }
   if (what == "all" || what == "nodecode") {
     struct Shape { int K, N; };
     for (const TypeInfo& ti : TYPES) {
@@ -418,7 +434,7 @@ int main(int argc, char** argv) {
       fill_blocks(pool.base, pool_bytes, ti, 999);
       for (Shape sh : {Shape{14336, 4096}, Shape{4095, 14336}, Shape{1000, 768}, Shape{999, 1024}, Shape{48, 512},
                        Shape{1024, 4096}, Shape{3, 2048}})
-        with_type(ti.qtype, [&](auto t) { check_diag<decltype(t)::value>(ti, pool.base, sh.N, sh.K, x, out); });
+        with_type(ti.qtype, [&](auto t) { check_m1<decltype(t)::value>(ti, pool.base, sh.N, sh.K, x, out); });
     }
   }
   CK(cudaDeviceSynchronize());

@@ -403,6 +403,23 @@ template <int T> struct Prep {
   }
 };
 
+// M = 1 stream kernel (NOTES.md v6): the records of all of K (one token) in each CTA's shared
+// memory, chunk by chunk. Chunk ch's B records start at ch * bstride() and its {sigma, -beta[, S]}
+// records at nch * bstride() + ch * sstride(): one spare record per chunk puts the 8 chunks a warp
+// reads at once (lanes g) in different banks.
+template <int T> struct StreamRecs {
+  using L = FT<T>;
+  static constexpr int GPC = L::CE / L::GS, BREC = Prep<T>::BREC;
+  static GQ_HD int bstride() { return (GPC + 1) * BREC; }
+  static GQ_HD int sstride() { return GPC * Prep<T>::gr(1) + 16; }
+  static GQ_HD size_t bytes(int K) { return (size_t)(K / L::CE) * (bstride() + sstride()); }
+  // Group G's records, through Prep<T>::group's layout shifted by the chunk's spare records.
+  static GQ_HD void group(const float* xv, int G, int K, uint8_t* recs) {
+    const int ch = G / GPC;
+    Prep<T>::group(xv, G, 0, 1, recs + ch * BREC, recs + (size_t)(K / L::CE) * bstride() + ch * 16);
+  }
+};
+
 // Group epilogue: D (rows g, g+8 x tokens 2c, 2c+1) -> acc. sb = {sigma0, -beta0, sigma1, -beta1}.
 GQ_HD void epilogue(const float (&D)[4], const float (&sb)[4], float sg, float sg8, float (&acc)[4]) {
   acc[0] = fmaf(sg, fmaf(sb[0], D[0], sb[1]), acc[0]);

@@ -49,6 +49,7 @@ struct FastArgs {
   int N, K, M;
   const uint8_t* xb;  // prep: B records
   const uint8_t* xs;  // prep: sigma / beta / S records
+  const void* x;      // the activations (gemv_stream_kernel makes its own records)
   void* out;
   int64_t out_stride;
   int out_bf16;
@@ -76,19 +77,11 @@ __device__ __forceinline__ float2 to_f2(__half, uint32_t w) { return __half22flo
 __device__ __forceinline__ float2 to_f2(__nv_bfloat16, uint32_t w) {
   return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));
 }
-template <int T, typename XT>
-__global__ void __launch_bounds__(128) prep_kernel(const XT* __restrict__ x, int64_t x_stride, int K, int M,
-                                                  uint8_t* __restrict__ xb, uint8_t* __restrict__ xs) {
-  using L = FT<T>;
-  grid_dep_launch();  // let the matmul start fetching weights now
-  const int nG = K / L::GS;
-  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= nG * M) return;
-  const int G = idx / M, t = idx - G * M;
-  const XT* xp = x + (int64_t)t * x_stride + (int64_t)G * L::GS;
-  float v[L::GS];
+// One group's activations as float (16-byte loads: x rows are 16-byte aligned on this path).
+template <int GS, typename XT>
+__device__ __forceinline__ void load_group(const XT* xp, float (&v)[GS]) {
 #pragma unroll
-  for (int i = 0; i < L::GS / 8; ++i) {
+  for (int i = 0; i < GS / 8; ++i) {
     const uint4 r = *reinterpret_cast<const uint4*>(xp + 8 * i);
     const uint32_t wds[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
@@ -98,6 +91,18 @@ __global__ void __launch_bounds__(128) prep_kernel(const XT* __restrict__ x, int
       v[8 * i + 2 * j + 1] = f.y;
     }
   }
+}
+template <int T, typename XT>
+__global__ void __launch_bounds__(128) prep_kernel(const XT* __restrict__ x, int64_t x_stride, int K, int M,
+                                                  uint8_t* __restrict__ xb, uint8_t* __restrict__ xs) {
+  using L = FT<T>;
+  grid_dep_launch();  // let the matmul start fetching weights now
+  const int nG = K / L::GS;
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= nG * M) return;
+  const int G = idx / M, t = idx - G * M;
+  float v[L::GS];
+  load_group(x + (int64_t)t * x_stride + (int64_t)G * L::GS, v);
   Prep<T>::group(v, G, t, M, xb, xs);
 }
 
@@ -235,115 +240,126 @@ __global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
   }
 }
 
-// ---- M = 1: two rows per warp, the "diagonal" mapping (NOTES.md v5) -----------------------------
-// A stage is 8 consecutive chunks of K of two adjacent rows r0, r1 (two contiguous runs of memory).
-// mma.m16n8k16's A row g is chunk g of r0 and A row g + 8 chunk g of r1 (lane (g, c) decodes them
-// exactly as gemv_fast_kernel decodes its rows g, g + 8), and B's column g holds the activations of
-// chunk g (the prep records of that chunk's groups). The diagonal then carries the dot products:
-// D[g][g] (lane (g, g / 2), element g & 1) for r0, D[g + 8][g] for r1; the other 7/8 of the product
-// is discarded, which costs nothing at M = 1. Each warp streams whole rows instead of 16 rows x one
-// chunk, and there are N / 2 warps instead of N / 16 x (split of K) (v4: at most ~2.8 TB/s for that
-// copy pattern alone, against 3.5 TB/s for contiguous runs; gemv_probe.cu).
-template <int T>
-__global__ void __maxnreg__(96) gemv_diag_kernel(const FastArgs a) {
+// ---- M = 1: persistent stream with in-CTA activation records (NOTES.md v6) -----------------------
+// A warp streams two adjacent rows r0, r1, a stage at a time: 8 consecutive chunks of K of both (two
+// contiguous runs of memory). mma.m16n8k16's A row g is chunk g of r0 and A row g + 8 chunk g of r1
+// (lane (g, c) decodes them exactly as gemv_fast_kernel decodes its rows g, g + 8), and B's column g
+// holds the activations of chunk g. The diagonal then carries the dot products: D[g][g] (lane
+// (g, g / 2), element g & 1) for r0, D[g + 8][g] for r1; the rest of the product is discarded, which
+// costs nothing at M = 1. Against the 16-row tile (v4) the weight reads are two long runs per stage
+// instead of 16 rows x one chunk (v5); in addition (v6) there is no prep kernel: every CTA turns the
+// activations into its own records in shared memory while its first stages are in flight, and one
+// wave of CTAs walks row pairs gw, gw + GW, ... with one cp.async pipeline across pairs, so the
+// memory queue never drains between waves. A group's products are all issued before its epilogue.
+template <int T, typename XT>
+__global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
-  constexpr int STEPS = L::STEPS, GPC = L::CE / L::GS, SEG = 8;
+  using R = StreamRecs<T>;
+  constexpr int STEPS = L::STEPS, SEG = 8, GPC = L::CE / L::GS;
   const int GR = Prep<T>::gr(1);
   extern __shared__ __align__(16) uint8_t smem[];
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, WPC = blockDim.x >> 5;
   const int g = lane >> 2, c = lane & 3;
-  const int N = a.N, S = a.S, RS = a.RS, STAGE = 2 * RS;
-  const int pair = blockIdx.x * blockDim.y + threadIdx.y;
-  const int r0 = min(2 * pair, N - 1);
-  const int64_t rb1 = r0 + 1 < N ? a.row_bytes : 0;  // an odd last row is read twice, stored once
-  uint8_t* buf = smem + (size_t)(threadIdx.y * W + warp) * S * STAGE;
-  const uint8_t* w0 = a.w + (int64_t)r0 * a.row_bytes;
+  const int N = a.N, K = a.K, S = a.S, RS = SEG * L::CB, STAGE = 2 * RS;
+  const int nch = K / L::CE, nst = (nch + SEG - 1) / SEG;
+  uint8_t* recs = smem;
+  const uint8_t* srecs = recs + (size_t)nch * R::bstride();
+  uint8_t* buf = recs + R::bytes(K) + (size_t)warp * S * STAGE;
 
-  const int nch = a.K / L::CE, nst = (nch + SEG - 1) / SEG;
-  const int myst = nst > warp ? (nst - warp + W - 1) / W : 0;
+  const int pairs = (N + 1) / 2, gw = blockIdx.x * WPC + warp, GW = gridDim.x * WPC;
+  const int total = (gw < pairs ? (pairs - 1 - gw) / GW + 1 : 0) * nst;  // stages this warp reads
 
-  // stage i of this warp (chunks SEG * (warp + i * W) ...) into stage buffer `st`: lanes walk the
-  // 16-byte pieces of the two runs in memory order
+  // the warp's stage i (pair gw + (i / nst) * GW, chunks 8 * (i % nst) ...) into buffer `st`: lanes
+  // walk the 16-byte pieces of the two runs in memory order
   auto issue = [&](int i, int st) {
-    if (i < myst) {
-      const int c0 = SEG * (warp + i * W);
+    if (i < total) {
+      const int j = i / nst, c0 = SEG * (i - j * nst), p = gw + j * GW;
+      const int r0 = min(2 * p, N - 1);
+      const int64_t rb1 = 2 * p + 1 < N ? a.row_bytes : 0;  // an odd last row is read twice, stored once
       const int P = min(SEG, nch - c0) * (L::CB / 16);
-      const uint8_t* src = w0 + (int64_t)c0 * L::CB;
+      const uint8_t* src = a.w + (int64_t)r0 * a.row_bytes + (int64_t)c0 * L::CB;
       uint8_t* dst = buf + st * STAGE;
-      for (int p = lane; p < 2 * P; p += 32) {
-        const int r = p >= P, pc = p - r * P;
+      for (int q = lane; q < 2 * P; q += 32) {
+        const int r = q >= P, pc = q - r * P;
         cp16(dst + r * RS + 16 * pc, src + r * rb1 + 16 * pc);
       }
     }
   };
   for (int s = 0; s < S - 1; ++s) { issue(s, s); commit(); }
-  grid_dep_wait();  // the prep records are read straight from global memory below
+  {
+    const XT* x = reinterpret_cast<const XT*>(a.x);
+    for (int G = threadIdx.x; G < K / L::GS; G += blockDim.x) {
+      float v[L::GS];
+      load_group(x + (int64_t)G * L::GS, v);
+      R::group(v, G, K, recs);
+    }
+  }
+  __syncthreads();
 
   float acc0 = 0.f, acc1 = 0.f;
   const bool on_diag = c == (g >> 1);
-  int cur = 0;
-  for (int i = 0; i < myst; ++i) {
+  int cur = 0, s = 0, p = gw;  // buffer, stage of the pair, pair of stage i
+  for (int i = 0; i < total; ++i) {
     wait_stages(S);
     __syncwarp();
     issue(i + S - 1, cur == 0 ? S - 1 : cur - 1);
     commit();
-    const int c0 = SEG * (warp + i * W);
-    // lanes whose chunk is past K (a short last stage) decode chunk 0 against zero activations
+    const int c0 = SEG * s;
+    // lanes whose chunk is past K (a short last stage) decode chunk 0: their rows and columns of D
+    // are off the diagonal entries that are kept
     const bool live = g < nch - c0;
-    const int cg = live ? g : 0;
-    const uint8_t* rg = buf + cur * STAGE + cg * L::CB;
-    const int64_t G0 = (int64_t)(c0 + cg) * GPC;  // the lane's first group
-    const uint8_t* Bp = a.xb + G0 * Prep<T>::BREC + c * (8 * STEPS);
-    const uint8_t* Sp = a.xs + G0 * GR;
-    // all of the chunk's B records up front: one round trip to L1/L2 per chunk, not per group
-    uint4 bq[GPC];
-#pragma unroll
-    for (int q = 0; q < GPC; ++q) {
-      if constexpr (STEPS == 2) bq[q] = live ? *reinterpret_cast<const uint4*>(Bp + q * Prep<T>::BREC) : make_uint4(0, 0, 0, 0);
-      else {
-        const uint2 r = live ? *reinterpret_cast<const uint2*>(Bp + q * Prep<T>::BREC) : make_uint2(0, 0);
-        bq[q] = make_uint4(r.x, r.y, 0, 0);
-      }
-    }
+    const int ch = c0 + (live ? g : 0);
+    const uint8_t* rg = buf + cur * STAGE + (ch - c0) * L::CB;
+    const uint8_t* Bp = recs + (size_t)ch * R::bstride() + c * (8 * STEPS);
+    const uint8_t* Sp = srecs + (size_t)ch * R::sstride();
+    float e0[GPC], e1[GPC], f0[GPC], f1[GPC], h0[GPC], h1[GPC];
     L::chunk(rg, rg + RS, c, [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
-      const uint32_t b[4] = {bq[q].x, bq[q].y, bq[q].z, bq[q].w};
+      uint32_t b[4] = {0u, 0u, 0u, 0u};
+      if constexpr (STEPS == 2) {
+        const uint4 r = *reinterpret_cast<const uint4*>(Bp + q * R::BREC);
+        b[0] = r.x; b[1] = r.y; b[2] = r.z; b[3] = r.w;
+      } else {
+        const uint2 r = *reinterpret_cast<const uint2*>(Bp + q * R::BREC);
+        b[0] = r.x; b[1] = r.y;
+      }
       float D[4];
       mma16816_z(D, A[0], b[0], b[1]);
       if constexpr (STEPS == 2) mma16816(D, A[1], b[2], b[3]);
-      if (on_diag && live) {
-        const float2 sb = *reinterpret_cast<const float2*>(Sp + q * GR);  // {sigma, -beta}
-        const float d0 = (g & 1) ? D[1] : D[0], d1 = (g & 1) ? D[3] : D[2];
-        acc0 = fmaf(sg, fmaf(sb.x, d0, sb.y), acc0);
-        acc1 = fmaf(sg8, fmaf(sb.x, d1, sb.y), acc1);
+      e0[q] = (g & 1) ? D[1] : D[0]; e1[q] = (g & 1) ? D[3] : D[2];
+      f0[q] = sg; f1[q] = sg8; h0[q] = og; h1[q] = og8;
+    });
+    if (on_diag && live) {
+#pragma unroll
+      for (int q = 0; q < GPC; ++q) {
+        const float2 sb = *reinterpret_cast<const float2*>(Sp + q * GR);
+        acc0 = fmaf(f0[q], fmaf(sb.x, e0[q], sb.y), acc0);
+        acc1 = fmaf(f1[q], fmaf(sb.x, e1[q], sb.y), acc1);
         if constexpr (L::HAS_MIN) {
           const float Sx = *reinterpret_cast<const float*>(Sp + q * GR + 16);
-          acc0 = fmaf(og, Sx, acc0);
-          acc1 = fmaf(og8, Sx, acc1);
+          acc0 = fmaf(h0[q], Sx, acc0);
+          acc1 = fmaf(h1[q], Sx, acc1);
         }
       }
-    });
+    }
     __syncwarp();
     cur = cur + 1 == S ? 0 : cur + 1;
+    if (++s == nst) {  // the pair's last stage: its two dot products
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        acc0 += __shfl_xor_sync(0xFFFFFFFFu, acc0, o);
+        acc1 += __shfl_xor_sync(0xFFFFFFFFu, acc1, o);
+      }
+      if (lane == 0) {
+        store_out(a, 2 * p, acc0);
+        if (2 * p + 1 < N) store_out(a, 2 * p + 1, acc1);
+      }
+      acc0 = acc1 = 0.f;
+      s = 0;
+      p += GW;
+    }
   }
   wait_n<0>();
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    acc0 += __shfl_xor_sync(0xFFFFFFFFu, acc0, o);
-    acc1 += __shfl_xor_sync(0xFFFFFFFFu, acc1, o);
-  }
-  if (W > 1) {  // warps of one pair split K: partial sums meet in shared memory
-    __syncthreads();
-    float* red = reinterpret_cast<float*>(smem) + threadIdx.y * 2 * W;
-    if (lane == 0) { red[2 * warp] = acc0; red[2 * warp + 1] = acc1; }
-    __syncthreads();
-    if (warp != 0) return;
-    for (int w = 1; w < W; ++w) { acc0 += red[2 * w]; acc1 += red[2 * w + 1]; }
-  }
-  if (lane == 0 && 2 * pair < N) {
-    store_out(a, 2 * pair, acc0);
-    if (2 * pair + 1 < N) store_out(a, 2 * pair + 1, acc1);
-  }
 }
 
 // ---- launch --------------------------------------------------------------------------------------
@@ -462,27 +478,74 @@ Choice choose(int N, int K, int M, int sms) {
   return best;
 }
 
-// M = 1 (gemv_diag_kernel): PW row pairs per CTA, W warps per pair splitting K, S stages. Enough
-// warps for ~16 per SM (one row pair is one warp's whole K unless N is small).
-struct DiagChoice { int PW, W, S; };
-inline int knob_nodiag() { static const int v = env_knob("GGUF_KERNELS_FAST_NODIAG"); return v; }
-inline int knob_pw() { static const int v = env_knob("GGUF_KERNELS_FAST_PW"); return v; }
-template <int T>
-DiagChoice choose_diag(int N, int K) {
-  using L = FT<T>;
-  const int pairs = (N + 1) / 2, nst = (K / L::CE + 7) / 8;
-  int W = 1;
-  while (W < 8 && 2 * W <= nst && pairs * W < 2048) W *= 2;
-  if (knob_w()) W = std::min(knob_w(), nst);
-  const int PW = knob_pw() ? knob_pw() : std::max(1, 4 / W);
-  const int S = knob_s() ? knob_s() : 2;
-  return {PW, W, S};
+// Resident CTAs per SM of gemv_stream_kernel<T, XT> with WPC warps and `smem` bytes: registers, shared
+// memory and threads, from the function's and the device's attributes (read once).
+template <int T, typename XT>
+int stream_ctas_per_sm(int WPC, size_t smem) {
+  static int regs = 0, sm_regs = 0, sm_smem = 0, reserved = 0, sm_threads = 0;
+  if (!regs) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sm_regs, cudaDevAttrMaxRegistersPerMultiprocessor, dev);
+    cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
+    cudaDeviceGetAttribute(&sm_threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev);
+    cudaFuncSetAttribute(gemv_stream_kernel<T, XT>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    cudaFuncAttributes fa;
+    regs = cudaFuncGetAttributes(&fa, gemv_stream_kernel<T, XT>) == cudaSuccess ? std::max(fa.numRegs, 1) : 96;
+    cudaGetLastError();
+  }
+  return std::min({sm_regs / (regs * 32 * WPC), (int)(sm_smem / (smem + reserved)), sm_threads / (32 * WPC)});
 }
 
-// diag: M = 1 through gemv_diag_kernel (launch() passes !GGUF_KERNELS_FAST_NODIAG; benchmarks/gemv_probe.cu
-// calls this directly to compare both kernels in one process).
+// M = 1 (gemv_stream_kernel): WPC warps per CTA, S stages, one wave of CTAs. A warp's row pairs run
+// one after another, so the time goes with the rounds of pairs the busiest warp reads: take the WPC
+// with the fewest rounds (the records of a long K limit the CTAs per SM, so more warps per CTA can
+// mean more warps per SM), 4 on a tie, and spread the pairs evenly over just enough CTAs. Measured on
+// the H200 (NOTES.md v6): 4 warps and 2 stages beat 8 / 16 warps and 3 / 4 stages by 3-10% at equal
+// rounds, and 64-128 registers all ran the same. Few rows: fewer warps per CTA, one pair each, over
+// more SMs. {0, ...}: K's records do not fit one CTA.
+struct StreamChoice { int WPC, S, ctas; size_t smem; };
+template <int T, typename XT>
+StreamChoice choose_stream(int N, int K) {
+  using L = FT<T>;
+  const int pairs = (N + 1) / 2, sms = num_sms();
+  const int S = knob_s() ? knob_s() : 2;
+  StreamChoice best{0, 0, 0, 0};
+  int best_rounds = 0;
+  for (int WPC : {4, 8, 16}) {
+    if (knob_w() && WPC != knob_w()) continue;
+    const size_t smem = StreamRecs<T>::bytes(K) + (size_t)WPC * S * 2 * 8 * L::CB;
+    const int n = smem > 200 * 1024 ? 0 : stream_ctas_per_sm<T, XT>(WPC, smem);
+    if (n <= 0) continue;
+    const int rounds = (pairs + n * sms * WPC - 1) / (n * sms * WPC);
+    if (!best.WPC || rounds < best_rounds) {
+      best_rounds = rounds;
+      best = {WPC, S, (pairs + rounds * WPC - 1) / (rounds * WPC), smem};
+    }
+  }
+  if (best.WPC && best_rounds == 1 && pairs < best.WPC * sms) {  // few rows: one pair per warp on more SMs
+    const int WPC = std::max(1, (pairs + sms - 1) / sms);
+    best = {WPC, S, (pairs + WPC - 1) / WPC, StreamRecs<T>::bytes(K) + (size_t)WPC * S * 2 * 8 * L::CB};
+  }
+  return best;
+}
+
+template <int T, typename XT>
+cudaError_t launch_stream(FastArgs a, cudaStream_t stream) {
+  const StreamChoice ch = choose_stream<T, XT>(a.N, a.K);
+  if (!ch.WPC) return cudaErrorNotSupported;
+  a.S = ch.S;
+  gemv_stream_kernel<T, XT><<<ch.ctas, 32 * ch.WPC, ch.smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// M = 1 goes to gemv_stream_kernel unless m1_tile (launch() passes GGUF_KERNELS_FAST_M1_TILE;
+// benchmarks/gemv_probe.cu calls this directly to compare both kernels in one process) or K's records
+// do not fit one CTA.
+inline int knob_m1_tile() { static const int v = env_knob("GGUF_KERNELS_FAST_M1_TILE"); return v; }
 template <int T>
-cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, int pdl, bool diag,
+cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, int pdl, bool m1_tile,
                         cudaStream_t stream) {
   using L = FT<T>;
   if constexpr (!L::OK) {
@@ -490,6 +553,14 @@ cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scra
   } else {
     const int K = ga.K, M = ga.M, N = ga.N;
     if (scratch_bytes<T>(K, M, ga.row_bytes) == 0 || scratch_size < Prep<T>::bytes(K, M)) return cudaErrorInvalidValue;
+    FastArgs a;
+    a.w = ga.w; a.row_bytes = ga.row_bytes; a.N = N; a.K = K; a.M = M; a.x = ga.x;
+    a.out = ga.out; a.out_stride = ga.out_stride;
+    a.out_bf16 = xt == DType::BF16;
+    if (M == 1 && !L::MIS && !m1_tile && (xt == DType::BF16 || xt == DType::F16)) {
+      const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16>(a, stream) : launch_stream<T, __half>(a, stream);
+      if (e != cudaErrorNotSupported) return e;
+    }
     uint8_t* xb = reinterpret_cast<uint8_t*>(scratch);
     uint8_t* xs = xb + Prep<T>::b_bytes(K, M);
     const int nthreads = K / L::GS * M;
@@ -505,30 +576,13 @@ cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scra
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
 
-    FastArgs a;
-    a.w = ga.w; a.row_bytes = ga.row_bytes; a.N = N; a.K = K; a.M = M;
-    a.xb = xb; a.xs = xs; a.out = ga.out; a.out_stride = ga.out_stride;
-    a.out_bf16 = xt == DType::BF16;
-    void (*kernel)(FastArgs);
-    dim3 grid, block;
-    size_t smem;
-    if (M == 1 && !L::MIS && diag) {
-      const DiagChoice dc = choose_diag<T>(N, K);
-      kernel = gemv_diag_kernel<T>;
-      a.S = dc.S; a.U = 1; a.RS = 8 * L::CB;
-      grid = dim3((unsigned)((N / 2 + (N & 1) + dc.PW - 1) / dc.PW));
-      block = dim3(32 * dc.W, dc.PW);
-      smem = (size_t)dc.PW * dc.W * dc.S * 2 * a.RS;
-    } else {
-      const Choice ch = choose<T>(N, K, M, num_sms());
-      kernel = gemv_fast_kernel<T>;
-      a.S = ch.S; a.U = ch.U; a.RS = rs_bytes<T>(ch.U);
-      grid = dim3((unsigned)((N + 15) / 16));
-      block = dim3(32 * ch.W);
-      smem = smem_bytes<T>(ch.W, ch.S, M, ch.U);
-    }
-    static bool raised[2] = {false, false};  // per kernel: dynamic shared memory limit raised
-    bool& big = raised[kernel == gemv_diag_kernel<T>];
+    a.xb = xb; a.xs = xs;
+    const Choice ch = choose<T>(N, K, M, num_sms());
+    a.S = ch.S; a.U = ch.U; a.RS = rs_bytes<T>(ch.U);
+    const dim3 grid((unsigned)((N + 15) / 16)), block(32 * ch.W);
+    const size_t smem = smem_bytes<T>(ch.W, ch.S, M, ch.U);
+    auto kernel = gemv_fast_kernel<T>;
+    static bool big = false;  // dynamic shared memory limit raised
     if (smem > 48 * 1024 && !big) {
       e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
       if (e != cudaSuccess) return e;
@@ -556,7 +610,7 @@ cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scra
 
 template <int T>
 cudaError_t launch(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, int pdl, cudaStream_t stream) {
-  return launch_with<T>(ga, xt, scratch, scratch_size, pdl, !knob_nodiag(), stream);
+  return launch_with<T>(ga, xt, scratch, scratch_size, pdl, knob_m1_tile(), stream);
 }
 
 }  // namespace fast

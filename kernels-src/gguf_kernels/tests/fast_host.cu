@@ -157,23 +157,23 @@ static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M
   return 0;
 }
 
-// M = 1 through gemv_diag_kernel's mapping: a warp holds rows r0, r1; A row g (g + 8) is chunk g of
+// M = 1 through gemv_stream_kernel's mapping: a warp holds rows r0, r1; A row g (g + 8) is chunk g of
 // the stage of r0 (r1), B column g the activations of chunk g, and the dot products are read off the
-// diagonal of D. Stages of 8 chunks; lanes past a short last stage decode chunk 0 against zeros.
+// diagonal of D. Stages of 8 chunks; lanes past a short last stage decode chunk 0. The activation
+// records sit in the kernel's shared-memory layout (StreamRecs: a spare record per chunk).
 template <int T>
-static int run_diag(const uint8_t* w, int R, int64_t rb, int K, const float* x, float* out) {
+static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x, float* out) {
   using L = FT<T>;
+  using SR = StreamRecs<T>;
   constexpr int SEG = 8;
   const int GPC = L::CE / L::GS, STEPS = L::STEPS, RS = SEG * L::CB, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
   if (L::MIS || K % L::CE || rb % 16 || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES) return 2;
-  const int nG = K / L::GS;
-  std::vector<uint8_t> scratch(Prep<T>::bytes(K, 1) + 64, 0xCD);
-  uint8_t* xb = scratch.data();
-  uint8_t* xs = xb + Prep<T>::b_bytes(K, 1);
-  for (int G = 0; G < nG; ++G) Prep<T>::group(x + (size_t)G * L::GS, G, 0, 1, xb, xs);
+  const int nG = K / L::GS, nch = K / L::CE;
+  std::vector<uint8_t> recs(SR::bytes(K), 0xCD);
+  for (int G = 0; G < nG; ++G) SR::group(x + (size_t)G * L::GS, G, K, recs.data());
+  const uint8_t* srecs = recs.data() + (size_t)nch * SR::bstride();
   std::vector<uint8_t> stage_mem(2 * RS + 16);
   uint8_t* st = reinterpret_cast<uint8_t*>(((uintptr_t)stage_mem.data() + 15) & ~(uintptr_t)15);
-  const int nch = K / L::CE;
   for (int r0 = 0; r0 < R; r0 += 2) {
     const int r1 = r0 + 1 < R ? r0 + 1 : r0;
     double acc0 = 0, acc1 = 0;
@@ -182,22 +182,23 @@ static int run_diag(const uint8_t* w, int R, int64_t rb, int K, const float* x, 
       std::memset(st, 0xEE, 2 * RS);
       std::memcpy(st, w + (size_t)r0 * rb + (size_t)c0 * L::CB, (size_t)nseg * L::CB);
       std::memcpy(st + RS, w + (size_t)r1 * rb + (size_t)c0 * L::CB, (size_t)nseg * L::CB);
-      std::vector<Rec> recs(32 * GPC);
+      std::vector<Rec> rcs(32 * GPC);
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane >> 2, c = lane & 3, cg = g < nseg ? g : 0;
-        decode_chunk<T>(st + cg * L::CB, st + RS + cg * L::CB, c, &recs[lane * GPC]);
+        decode_chunk<T>(st + cg * L::CB, st + RS + cg * L::CB, c, &rcs[lane * GPC]);
       }
       for (int q = 0; q < GPC; ++q) {
         float D[32][4] = {};
-        // chunk g's records (B column g), in lane c's slots
-        mma_group(&recs[q], GPC, STEPS, D, [&](int g, int c) -> const uint8_t* {
-          return g < nseg ? xb + ((size_t)(c0 + g) * GPC + q) * BREC + c * (8 * STEPS) : nullptr;
+        // chunk g's records (B column g), in lane c's slots; lanes past the stage read chunk 0's
+        mma_group(&rcs[q], GPC, STEPS, D, [&](int g, int c) -> const uint8_t* {
+          const int ch = c0 + (g < nseg ? g : 0);
+          return recs.data() + (size_t)ch * SR::bstride() + q * BREC + c * (8 * STEPS);
         });
         for (int lane = 0; lane < 32; ++lane) {
           const int g = lane >> 2, c = lane & 3;
           if (c != g >> 1 || g >= nseg) continue;
-          const Rec& rc = recs[lane * GPC + q];
-          const float* sb = reinterpret_cast<const float*>(xs + ((size_t)(c0 + g) * GPC + q) * GR);
+          const Rec& rc = rcs[lane * GPC + q];
+          const float* sb = reinterpret_cast<const float*>(srecs + (size_t)(c0 + g) * SR::sstride() + q * GR);
           const float d0 = D[lane][g & 1], d1 = D[lane][2 + (g & 1)];
           acc0 += std::fmaf(rc.sg, std::fmaf(sb[0], d0, sb[1]), 0.f);
           acc1 += std::fmaf(rc.sg8, std::fmaf(sb[0], d1, sb[1]), 0.f);
@@ -214,14 +215,14 @@ static int run_diag(const uint8_t* w, int R, int64_t rb, int K, const float* x, 
   return 0;
 }
 
-extern "C" int fast_matmul_diag(int t, const uint8_t* w, int R, long long rb, int K, const float* x, float* out) {
+extern "C" int fast_matmul_stream(int t, const uint8_t* w, int R, long long rb, int K, const float* x, float* out) {
   switch (t) {
-    case Q4_0: return run_diag<Q4_0>(w, R, rb, K, x, out);
-    case Q8_0: return run_diag<Q8_0>(w, R, rb, K, x, out);
-    case Q4_K: return run_diag<Q4_K>(w, R, rb, K, x, out);
-    case Q5_K: return run_diag<Q5_K>(w, R, rb, K, x, out);
-    case IQ4_XS: return run_diag<IQ4_XS>(w, R, rb, K, x, out);
-    case MXFP4: return run_diag<MXFP4>(w, R, rb, K, x, out);
+    case Q4_0: return run_stream<Q4_0>(w, R, rb, K, x, out);
+    case Q8_0: return run_stream<Q8_0>(w, R, rb, K, x, out);
+    case Q4_K: return run_stream<Q4_K>(w, R, rb, K, x, out);
+    case Q5_K: return run_stream<Q5_K>(w, R, rb, K, x, out);
+    case IQ4_XS: return run_stream<IQ4_XS>(w, R, rb, K, x, out);
+    case MXFP4: return run_stream<MXFP4>(w, R, rb, K, x, out);
   }
   return 1;
 }
