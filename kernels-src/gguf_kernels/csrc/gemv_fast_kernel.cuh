@@ -511,11 +511,12 @@ StreamChoice choose_stream(int N, int K) {
   using L = FT<T>;
   const int pairs = (N + 1) / 2, sms = num_sms();
   const int S = knob_s() ? knob_s() : 2;
+  const auto smem_for = [&](int WPC) { return StreamRecs<T>::bytes(K) + (size_t)WPC * S * 2 * 8 * L::CB; };
   StreamChoice best{0, 0, 0, 0};
   int best_rounds = 0;
   for (int WPC : {4, 8, 16}) {
     if (knob_w() && WPC != knob_w()) continue;
-    const size_t smem = StreamRecs<T>::bytes(K) + (size_t)WPC * S * 2 * 8 * L::CB;
+    const size_t smem = smem_for(WPC);
     const int n = smem > 200 * 1024 ? 0 : stream_ctas_per_sm<T, XT>(WPC, smem);
     if (n <= 0) continue;
     const int rounds = (pairs + n * sms * WPC - 1) / (n * sms * WPC);
@@ -526,7 +527,7 @@ StreamChoice choose_stream(int N, int K) {
   }
   if (best.WPC && best_rounds == 1 && pairs < best.WPC * sms) {  // few rows: one pair per warp on more SMs
     const int WPC = std::max(1, (pairs + sms - 1) / sms);
-    best = {WPC, S, (pairs + WPC - 1) / WPC, StreamRecs<T>::bytes(K) + (size_t)WPC * S * 2 * 8 * L::CB};
+    best = {WPC, S, (pairs + WPC - 1) / WPC, smem_for(WPC)};
   }
   return best;
 }
