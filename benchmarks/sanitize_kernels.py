@@ -15,6 +15,7 @@ for name in TYPES:
         e = random_packed(name, (5, 37), K, rng)
         for T in (2, 11):
             ids = torch.randint(0, 5, (T, 2), device=dev)
+            ids[0, 1] = -1 if T == 2 else 5  # unroutable: zero rows
             k.moe_matmul(torch.randn(T, K, device=dev, dtype=torch.bfloat16), e, ids, q)
             k.moe_matmul(torch.randn(T, 2, K, device=dev, dtype=torch.float32), e, ids, q)
     torch.cuda.synchronize()

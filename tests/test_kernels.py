@@ -175,6 +175,26 @@ def test_moe_matmul(name, dtype, x3d, T, rng):
     assert err <= TOL[dtype], f"rel err {err:.2e}"
 
 
+@pytest.mark.parametrize("x3d", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "IQ4_XS", "MXFP4"])
+def test_moe_matmul_fast_pairs(name, dtype, x3d, rng):
+    """Few pairs with K a multiple of the fast path's chunk (its M = 1 kernel over all pairs): odd N,
+    repeated experts, and unroutable ids (-1, E) whose rows must be zeros."""
+    E, N, K, T, top_k = 6, 75, 1024, 5, 3
+    packed = random_packed(name, (E, N), K, rng)
+    w = ref_dequant(packed, name).double()
+    ids = torch.from_numpy(rng.integers(0, E, (T, top_k))).to(DEV)
+    ids[1, 2], ids[3, 0] = -1, E
+    bad = (ids < 0) | (ids >= E)
+    x = torch.randn((T, top_k, K) if x3d else (T, K), device=DEV, dtype=dtype)
+    out = KMOD.moe_matmul(x, packed, ids, qid(name))
+    ref = moe_ref(x, w, ids.clamp(0, E - 1))
+    assert torch.all(out[bad] == 0)
+    err = rel_err(out[~bad], ref[~bad])
+    assert err <= TOL[dtype], f"rel err {err:.2e}"
+
+
 def test_moe_matmul_skewed_routing(rng):
     """Every token on the same experts: chunks of 8 pairs, many per expert."""
     E, N, K, T = 16, 96, 512, 70

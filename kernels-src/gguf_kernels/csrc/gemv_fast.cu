@@ -26,4 +26,14 @@ cudaError_t launch_gemv_fast_any(int qtype, const GemvArgs& a, DType xt, void* s
   return cudaErrorNotSupported;
 }
 
+cudaError_t launch_gemv_fast_moe_any(int qtype, const GemvArgs& a, DType xt, int P, cudaStream_t stream) {
+  switch (qtype) {
+#define GQ_CASE(T) \
+  case T: return launch_gemv_fast_moe<T>(a, xt, P, stream);
+    GQ_FAST_TYPES(GQ_CASE)
+#undef GQ_CASE
+  }
+  return cudaErrorNotSupported;
+}
+
 }  // namespace gq

@@ -56,6 +56,11 @@ struct FastArgs {
   int S;   // pipeline stages
   int U;   // type chunks (FT<T>::CE elements) per stage: one row's bytes per stage are U * CB, contiguous
   int RS;  // shared-memory row stride (rs_bytes<T>(U))
+  // MoE pairs (gemv_stream_kernel<..., true>): pair q multiplies x row q / x_div by expert ids[q] and
+  // writes out row q; nx distinct x rows, each with its own records
+  const void* ids;
+  int ids64, n_experts, P, x_div, nx;
+  int64_t expert_bytes, x_stride;
 };
 
 // Row stride of a stage holding U chunks: a multiple of 16 with an odd number of 16-byte units, so
@@ -251,7 +256,9 @@ __global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
 // activations into its own records in shared memory while its first stages are in flight, and one
 // wave of CTAs walks row pairs gw, gw + GW, ... with one cp.async pipeline across pairs, so the
 // memory queue never drains between waves. A group's products are all issued before its epilogue.
-template <int T, typename XT>
+// MOE: the units are (pair, row pair) over a.P (token, slot) pairs, each row pair read from its pair's
+// expert and multiplied by its pair's x row (records for all a.nx x rows sit in shared memory).
+template <int T, typename XT, bool MOE>
 __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
   using R = StreamRecs<T>;
@@ -263,47 +270,97 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
   const int g = lane >> 2, c = lane & 3;
   const int N = a.N, K = a.K, S = a.S, RS = SEG * L::CB, STAGE = 2 * RS;
   const int nch = K / L::CE, nst = (nch + SEG - 1) / SEG;
+  const size_t RB = R::bytes(K);  // one x row's records
   uint8_t* recs = smem;
-  const uint8_t* srecs = recs + (size_t)nch * R::bstride();
-  uint8_t* buf = recs + R::bytes(K) + (size_t)warp * S * STAGE;
+  uint8_t* buf = recs + (MOE ? a.nx : 1) * RB + (size_t)warp * S * STAGE;
+  int* sid = reinterpret_cast<int*>(recs + (MOE ? a.nx : 1) * RB + (size_t)WPC * S * STAGE);  // MOE: experts
 
-  const int pairs = (N + 1) / 2, gw = blockIdx.x * WPC + warp, GW = gridDim.x * WPC;
-  const int total = (gw < pairs ? (pairs - 1 - gw) / GW + 1 : 0) * nst;  // stages this warp reads
+  const int hN = (N + 1) / 2, units = MOE ? a.P * hN : hN;
+  const int gw = blockIdx.x * WPC + warp, GW = gridDim.x * WPC;
+  const int total = (gw < units ? (units - 1 - gw) / GW + 1 : 0) * nst;  // stages this warp reads
+  if constexpr (MOE) {  // unroutable ids read expert 0 and write zeros
+    for (int q = threadIdx.x; q < a.P; q += blockDim.x) {
+      const int64_t e = a.ids64 ? reinterpret_cast<const int64_t*>(a.ids)[q] : reinterpret_cast<const int*>(a.ids)[q];
+      sid[q] = e >= 0 && e < a.n_experts ? (int)e : -1;
+    }
+    __syncthreads();
+  }
+  // unit u's weight rows (2 * row pair; the second clamped: an odd last row is read twice)
+  const auto rows_of = [&](int u) {
+    int rp = u;
+    const uint8_t* w = a.w;
+    if constexpr (MOE) {
+      const int q = u / hN;
+      rp = u - q * hN;
+      w += (int64_t)max(sid[q], 0) * a.expert_bytes;
+    }
+    return w + (int64_t)(2 * rp) * a.row_bytes;
+  };
 
-  // the warp's stage i (pair gw + (i / nst) * GW, chunks 8 * (i % nst) ...) into buffer `st`: lanes
-  // walk the 16-byte pieces of the two runs in memory order
-  auto issue = [&](int i, int st) {
-    if (i < total) {
-      const int j = i / nst, c0 = SEG * (i - j * nst), p = gw + j * GW;
-      const int r0 = min(2 * p, N - 1);
-      const int64_t rb1 = 2 * p + 1 < N ? a.row_bytes : 0;  // an odd last row is read twice, stored once
-      const int P = min(SEG, nch - c0) * (L::CB / 16);
-      const uint8_t* src = a.w + (int64_t)r0 * a.row_bytes + (int64_t)c0 * L::CB;
-      uint8_t* dst = buf + st * STAGE;
-      for (int q = lane; q < 2 * P; q += 32) {
-        const int r = q >= P, pc = q - r * P;
-        cp16(dst + r * RS + 16 * pc, src + r * rb1 + 16 * pc);
+  // the warp's stages in order (pair gw + j * GW, chunks 8 * s ...), the next one into buffer `st`:
+  // each warp-wide cp.async covers 512 contiguous bytes of one row
+  int is = 0, ip = gw, ii = 0;
+  const uint8_t* iw = a.w;
+  int64_t ib1 = 0;
+  auto issue = [&](int st) {
+    if (ii < total) {
+      if (is == 0) {
+        iw = rows_of(ip);
+        ib1 = 2 * (ip % hN) + 1 < N ? a.row_bytes : 0;  // an odd last row is read twice, stored once
       }
+      const int c0 = SEG * is;
+      const int nP = min(SEG, nch - c0) * (L::CB / 16);  // 16-byte pieces per row
+      const uint8_t* s0 = iw + c0 * L::CB;
+      const uint8_t* s1 = s0 + ib1;
+      uint8_t* d = buf + st * STAGE;
+      constexpr int NPF = SEG * L::CB / 16;  // pieces per row of a full stage: a fixed trip count
+#pragma unroll
+      for (int k = 0; k < (NPF + 31) / 32; ++k) {
+        const int pc = lane + 32 * k;
+        if (pc < nP) {
+          cp16(d + 16 * pc, s0 + 16 * pc);
+          cp16(d + RS + 16 * pc, s1 + 16 * pc);
+        }
+      }
+      if (++is == nst) { is = 0; ip += GW; }
+      ++ii;
     }
   };
-  for (int s = 0; s < S - 1; ++s) { issue(s, s); commit(); }
+  for (int s = 0; s < S - 1; ++s) { issue(s); commit(); }
   {
     const XT* x = reinterpret_cast<const XT*>(a.x);
-    for (int G = threadIdx.x; G < K / L::GS; G += blockDim.x) {
+    const int nG = K / L::GS;
+    for (int G = threadIdx.x; G < (MOE ? a.nx : 1) * nG; G += blockDim.x) {
+      const int xr = MOE ? G / nG : 0, Gl = G - xr * nG;
       float v[L::GS];
-      load_group(x + (int64_t)G * L::GS, v);
-      R::group(v, G, K, recs);
+      load_group(x + (MOE ? xr * a.x_stride : 0) + (int64_t)Gl * L::GS, v);
+      R::group(v, Gl, K, recs + xr * RB);
     }
   }
   __syncthreads();
 
   float acc0 = 0.f, acc1 = 0.f;
   const bool on_diag = c == (g >> 1);
-  int cur = 0, s = 0, p = gw;  // buffer, stage of the pair, pair of stage i
+  int cur = 0, s = 0, p = gw;  // buffer, stage of the unit, unit of stage i
+  // the unit's x records and output rows
+  const uint8_t* xrec = recs;
+  int64_t orow = 0;
+  bool zero = false;
+  const auto unit_io = [&](int u) {
+    if constexpr (MOE) {
+      const int q = u / hN;
+      xrec = recs + (q / a.x_div) * RB;
+      orow = (int64_t)q * a.out_stride + 2 * (u - q * hN);
+      zero = sid[q] < 0;
+    } else {
+      orow = 2 * u;
+    }
+  };
+  if (gw < units) unit_io(gw);
   for (int i = 0; i < total; ++i) {
     wait_stages(S);
     __syncwarp();
-    issue(i + S - 1, cur == 0 ? S - 1 : cur - 1);
+    issue(cur == 0 ? S - 1 : cur - 1);
     commit();
     const int c0 = SEG * s;
     // lanes whose chunk is past K (a short last stage) decode chunk 0: their rows and columns of D
@@ -311,8 +368,8 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
     const bool live = g < nch - c0;
     const int ch = c0 + (live ? g : 0);
     const uint8_t* rg = buf + cur * STAGE + (ch - c0) * L::CB;
-    const uint8_t* Bp = recs + (size_t)ch * R::bstride() + c * (8 * STEPS);
-    const uint8_t* Sp = srecs + (size_t)ch * R::sstride();
+    const uint8_t* Bp = xrec + (size_t)ch * R::bstride() + c * (8 * STEPS);
+    const uint8_t* Sp = xrec + (size_t)nch * R::bstride() + (size_t)ch * R::sstride();
     float e0[GPC], e1[GPC], f0[GPC], f1[GPC], h0[GPC], h1[GPC];
     L::chunk(rg, rg + RS, c, [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
       uint32_t b[4] = {0u, 0u, 0u, 0u};
@@ -344,19 +401,20 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
     }
     __syncwarp();
     cur = cur + 1 == S ? 0 : cur + 1;
-    if (++s == nst) {  // the pair's last stage: its two dot products
+    if (++s == nst) {  // the unit's last stage: its two dot products
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
         acc0 += __shfl_xor_sync(0xFFFFFFFFu, acc0, o);
         acc1 += __shfl_xor_sync(0xFFFFFFFFu, acc1, o);
       }
       if (lane == 0) {
-        store_out(a, 2 * p, acc0);
-        if (2 * p + 1 < N) store_out(a, 2 * p + 1, acc1);
+        store_out(a, orow, zero ? 0.f : acc0);
+        if (2 * (p % hN) + 1 < N) store_out(a, orow + 1, zero ? 0.f : acc1);
       }
       acc0 = acc1 = 0.f;
       s = 0;
       p += GW;
+      if (p < units) unit_io(p);
     }
   }
   wait_n<0>();
@@ -478,9 +536,10 @@ Choice choose(int N, int K, int M, int sms) {
   return best;
 }
 
-// Resident CTAs per SM of gemv_stream_kernel<T, XT> with WPC warps and `smem` bytes: registers, shared
-// memory and threads, from the function's and the device's attributes (read once).
-template <int T, typename XT>
+// Resident CTAs per SM of gemv_stream_kernel<T, XT, MOE> with WPC warps and `smem` bytes: registers,
+// shared memory and threads, from the function's and the device's attributes (read once). The shared
+// memory carve-out is set to its largest so that this count holds.
+template <int T, typename XT, bool MOE>
 int stream_ctas_per_sm(int WPC, size_t smem) {
   static int regs = 0, sm_regs = 0, sm_smem = 0, reserved = 0, sm_threads = 0;
   if (!regs) {
@@ -490,54 +549,56 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
     cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
     cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
     cudaDeviceGetAttribute(&sm_threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev);
-    cudaFuncSetAttribute(gemv_stream_kernel<T, XT>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    const auto kernel = gemv_stream_kernel<T, XT, MOE>;
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     cudaFuncAttributes fa;
-    regs = cudaFuncGetAttributes(&fa, gemv_stream_kernel<T, XT>) == cudaSuccess ? std::max(fa.numRegs, 1) : 96;
+    regs = cudaFuncGetAttributes(&fa, kernel) == cudaSuccess ? std::max(fa.numRegs, 1) : 96;
     cudaGetLastError();
   }
   return std::min({sm_regs / (regs * 32 * WPC), (int)(sm_smem / (smem + reserved)), sm_threads / (32 * WPC)});
 }
 
-// M = 1 (gemv_stream_kernel): WPC warps per CTA, S stages, one wave of CTAs. A warp's row pairs run
-// one after another, so the time goes with the rounds of pairs the busiest warp reads: take the WPC
-// with the fewest rounds (the records of a long K limit the CTAs per SM, so more warps per CTA can
-// mean more warps per SM), 4 on a tie, and spread the pairs evenly over just enough CTAs. Measured on
-// the H200 (NOTES.md v6): 4 warps and 2 stages beat 8 / 16 warps and 3 / 4 stages by 3-10% at equal
-// rounds, and 64-128 registers all ran the same. Few rows: fewer warps per CTA, one pair each, over
-// more SMs. {0, ...}: K's records do not fit one CTA.
+// gemv_stream_kernel's launch for `units` row pairs and `fixed` bytes of records: WPC warps per CTA,
+// S stages, one wave of CTAs. A warp's units run one after another, so the time goes with the rounds
+// of units the busiest warp reads: take the WPC with the fewest rounds (the records of a long K limit
+// the CTAs per SM, so more warps per CTA can mean more warps per SM), 4 on a tie, and spread the
+// units evenly over just enough CTAs. Measured on the H200 (NOTES.md v6): 4 warps and 2 stages beat
+// 8 / 16 warps and 3 / 4 stages by 3-10% at equal rounds, and 64-128 registers all ran the same.
+// Few units: fewer warps per CTA, one unit each, over more SMs. {0, ...}: the records do not fit.
 struct StreamChoice { int WPC, S, ctas; size_t smem; };
-template <int T, typename XT>
-StreamChoice choose_stream(int N, int K) {
+template <int T, typename XT, bool MOE>
+StreamChoice choose_stream(int units, size_t fixed) {
   using L = FT<T>;
-  const int pairs = (N + 1) / 2, sms = num_sms();
+  const int sms = num_sms();
   const int S = knob_s() ? knob_s() : 2;
-  const auto smem_for = [&](int WPC) { return StreamRecs<T>::bytes(K) + (size_t)WPC * S * 2 * 8 * L::CB; };
+  const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * S * 2 * 8 * L::CB; };
   StreamChoice best{0, 0, 0, 0};
   int best_rounds = 0;
   for (int WPC : {4, 8, 16}) {
     if (knob_w() && WPC != knob_w()) continue;
     const size_t smem = smem_for(WPC);
-    const int n = smem > 200 * 1024 ? 0 : stream_ctas_per_sm<T, XT>(WPC, smem);
+    const int n = smem > 200 * 1024 ? 0 : stream_ctas_per_sm<T, XT, MOE>(WPC, smem);
     if (n <= 0) continue;
-    const int rounds = (pairs + n * sms * WPC - 1) / (n * sms * WPC);
+    const int rounds = (units + n * sms * WPC - 1) / (n * sms * WPC);
     if (!best.WPC || rounds < best_rounds) {
       best_rounds = rounds;
-      best = {WPC, S, (pairs + rounds * WPC - 1) / (rounds * WPC), smem};
+      best = {WPC, S, (units + rounds * WPC - 1) / (rounds * WPC), smem};
     }
   }
-  if (best.WPC && best_rounds == 1 && pairs < best.WPC * sms) {  // few rows: one pair per warp on more SMs
-    const int WPC = std::max(1, (pairs + sms - 1) / sms);
-    best = {WPC, S, (pairs + WPC - 1) / WPC, smem_for(WPC)};
+  if (best.WPC && best_rounds == 1 && units < best.WPC * sms) {  // few units: one per warp on more SMs
+    const int WPC = std::max(1, (units + sms - 1) / sms);
+    best = {WPC, S, (units + WPC - 1) / WPC, smem_for(WPC)};
   }
   return best;
 }
 
-template <int T, typename XT>
-cudaError_t launch_stream(FastArgs a, cudaStream_t stream) {
-  const StreamChoice ch = choose_stream<T, XT>(a.N, a.K);
+template <int T, typename XT, bool MOE>
+cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
+  const StreamChoice ch = choose_stream<T, XT, MOE>(units, fixed);
   if (!ch.WPC) return cudaErrorNotSupported;
   a.S = ch.S;
-  gemv_stream_kernel<T, XT><<<ch.ctas, 32 * ch.WPC, ch.smem, stream>>>(a);
+  gemv_stream_kernel<T, XT, MOE><<<ch.ctas, 32 * ch.WPC, ch.smem, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -559,7 +620,10 @@ cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scra
     a.out = ga.out; a.out_stride = ga.out_stride;
     a.out_bf16 = xt == DType::BF16;
     if (M == 1 && !L::MIS && !m1_tile && (xt == DType::BF16 || xt == DType::F16)) {
-      const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16>(a, stream) : launch_stream<T, __half>(a, stream);
+      const int units = (N + 1) / 2;
+      const size_t fixed = StreamRecs<T>::bytes(K);
+      const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, false>(a, units, fixed, stream)
+                                              : launch_stream<T, __half, false>(a, units, fixed, stream);
       if (e != cudaErrorNotSupported) return e;
     }
     uint8_t* xb = reinterpret_cast<uint8_t*>(scratch);
@@ -614,6 +678,40 @@ cudaError_t launch(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_s
   return launch_with<T>(ga, xt, scratch, scratch_size, pdl, knob_m1_tile(), stream);
 }
 
+// MoE pairs (GEMV_PAIRS args) on gemv_stream_kernel: cudaErrorNotSupported when this path does not
+// take the case (type, K, row bytes, dtype, or more than kMoeRecBytes of x records: one CTA per SM
+// would be left); GGUF_KERNELS_FAST_MOE=0 turns it off.
+constexpr size_t kMoeRecBytes = 64 * 1024;
+inline bool knob_moe_off() {
+  static const bool v = std::getenv("GGUF_KERNELS_FAST_MOE") && !env_knob("GGUF_KERNELS_FAST_MOE");
+  return v;
+}
+template <int T>
+cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, cudaStream_t stream) {
+  using L = FT<T>;
+  if constexpr (!L::OK || L::MIS) {
+    return cudaErrorNotSupported;
+  } else {
+    const int K = ga.K, N = ga.N;
+    if (knob_moe_off() || ga.mode != GEMV_PAIRS || P < 1 || (xt != DType::BF16 && xt != DType::F16)) return cudaErrorNotSupported;
+    if (K <= 0 || K % L::CE != 0 || ga.row_bytes % 16 != 0 || ga.x_stride % 8 != 0 ||
+        ga.row_bytes != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES)
+      return cudaErrorNotSupported;
+    const int nx = (P + ga.x_div - 1) / ga.x_div;
+    const size_t recs = (size_t)nx * StreamRecs<T>::bytes(K);
+    if (recs > kMoeRecBytes) return cudaErrorNotSupported;
+    FastArgs a = {};
+    a.w = ga.w; a.row_bytes = ga.row_bytes; a.N = N; a.K = K; a.M = 1; a.x = ga.x;
+    a.out = ga.out; a.out_stride = ga.out_stride; a.out_bf16 = xt == DType::BF16;
+    a.ids = ga.ids; a.ids64 = ga.ids64; a.n_experts = ga.n_experts; a.P = P; a.x_div = ga.x_div; a.nx = nx;
+    a.expert_bytes = ga.expert_bytes; a.x_stride = ga.x_stride;
+    const int units = P * ((N + 1) / 2);
+    const size_t fixed = recs + ((size_t)P * 4 + 15) / 16 * 16;
+    return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true>(a, units, fixed, stream)
+                             : launch_stream<T, __half, true>(a, units, fixed, stream);
+  }
+}
+
 }  // namespace fast
 
 template <int T>
@@ -625,9 +723,14 @@ cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t 
                              cudaStream_t stream) {
   return fast::launch<T>(a, xt, scratch, scratch_size, pdl, stream);
 }
+template <int T>
+cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, cudaStream_t stream) {
+  return fast::launch_moe<T>(a, xt, P, stream);
+}
 
 #define GQ_FAST_INSTANTIATE(T)                                        \
   template size_t gemv_fast_scratch<T>(int, int, int64_t);           \
-  template cudaError_t launch_gemv_fast<T>(const GemvArgs&, DType, void*, size_t, int, cudaStream_t);
+  template cudaError_t launch_gemv_fast<T>(const GemvArgs&, DType, void*, size_t, int, cudaStream_t); \
+  template cudaError_t launch_gemv_fast_moe<T>(const GemvArgs&, DType, int, cudaStream_t);
 
 }  // namespace gq

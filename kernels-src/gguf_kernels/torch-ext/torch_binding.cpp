@@ -266,6 +266,13 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
   const bool mma = use_mma(xt);
   if (P <= moe_pairs_max()) {
     a.mode = gq::GEMV_PAIRS;
+    if (mma) {  // the fast M = 1 kernel over all pairs at once, where it takes the case
+      const cudaError_t e = gq::launch_gemv_fast_moe_any((int)qtype, a, xt, (int)P, stream);
+      if (e != cudaErrorNotSupported) {
+        check_cuda(e, "moe_matmul (fast pairs)");
+        return out;
+      }
+    }
     check_cuda(mma ? dispatch_gemv_mma(qtype, a, xt, 8, P, stream) : dispatch_gemv(qtype, a, xt, 1, P, stream),
                "moe_matmul (pairs)");
     return out;
