@@ -253,7 +253,7 @@ static void fill_blocks(uint8_t* base, size_t bytes, const TypeInfo& ti, uint64_
 
 template <int T>
 static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M, const void* x, void* out,
-                      bool m1_tile = false) {
+                      bool tile = false) {
   const int64_t row_bytes = (int64_t)K / ti.block_elems * ti.block_bytes;
   const size_t sb = gq::gemv_fast_scratch<T>(K, M, row_bytes);
   if (!sb) { std::printf("| %s fast path does not take K=%d M=%d |\n", ti.name, K, M); return; }
@@ -263,7 +263,7 @@ static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M,
     gq::GemvArgs a = {};
     a.w = pool.copy(i); a.row_bytes = row_bytes; a.N = N; a.K = K; a.x = x; a.x_stride = K;
     a.out = out; a.out_stride = N; a.M = M; a.mode = gq::GEMV_DENSE;
-    CK(gq::fast::launch_with<T>(a, gq::DType::BF16, scratch, sb, 1, m1_tile, s));
+    CK(gq::fast::launch_with<T>(a, gq::DType::BF16, scratch, sb, 1, tile, s));
   };
   const float us = time_graph(one, 64);
   // checksum of one output (same data every run: compares copy mappings across processes)
@@ -275,17 +275,17 @@ static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M,
   for (uint16_t v : h) sum = (sum ^ v) * 1099511628211ull;
   char name[96];
   std::snprintf(name, sizeof name, "fast %s %d->%d M=%d%s [%016llx]", ti.name, K, N, M,
-                M == 1 ? (m1_tile ? " tile" : " stream") : "", (unsigned long long)sum);
+                tile ? " tile" : " stream", (unsigned long long)sum);
   row(name, (double)N * row_bytes, us);
   CK(cudaFree(scratch));
 }
 
-// The M = 1 kernel (gemv_stream_kernel) against the 16-row tile kernel on the same inputs: both
+// The M <= 4 kernel (gemv_stream_kernel) against the 16-row tile kernel on the same inputs: both
 // approximate the exact product to the output's rounding, so they must agree to ~1e-3.
 template <int T>
-static void check_m1(const TypeInfo& ti, uint8_t* w, int N, int K, const void* x, void* out) {
+static void check_m(const TypeInfo& ti, uint8_t* w, int N, int K, int M, const void* x, void* out) {
   const int64_t row_bytes = (int64_t)K / ti.block_elems * ti.block_bytes;
-  const size_t sb = gq::gemv_fast_scratch<T>(K, 1, row_bytes);
+  const size_t sb = gq::gemv_fast_scratch<T>(K, M, row_bytes);
   if (!sb) { std::printf("| check %s K=%d: fast path does not take it |\n", ti.name, K); return; }
   void* scratch;
   CK(cudaMalloc(&scratch, sb));
@@ -293,23 +293,23 @@ static void check_m1(const TypeInfo& ti, uint8_t* w, int N, int K, const void* x
   for (int tile = 0; tile < 2; ++tile) {
     gq::GemvArgs a = {};
     a.w = w; a.row_bytes = row_bytes; a.N = N; a.K = K; a.x = x; a.x_stride = K;
-    a.out = out; a.out_stride = N; a.M = 1; a.mode = gq::GEMV_DENSE;
-    CK(cudaMemset(out, 0xFF, (size_t)N * 2));  // poison: NaN in bf16
+    a.out = out; a.out_stride = N; a.M = M; a.mode = gq::GEMV_DENSE;
+    CK(cudaMemset(out, 0xFF, (size_t)M * N * 2));  // poison: NaN in bf16
     CK(gq::fast::launch_with<T>(a, gq::DType::BF16, scratch, sb, 1, tile == 1, 0));
     CK(cudaDeviceSynchronize());
-    std::vector<uint16_t> raw(N);
-    CK(cudaMemcpy(raw.data(), out, (size_t)N * 2, cudaMemcpyDeviceToHost));
+    std::vector<uint16_t> raw((size_t)M * N);
+    CK(cudaMemcpy(raw.data(), out, raw.size() * 2, cudaMemcpyDeviceToHost));
     for (uint16_t r : raw) { const uint32_t u = (uint32_t)r << 16; float f; std::memcpy(&f, &u, 4); h[tile].push_back(f); }
   }
   double num = 0, den = 0;
   int bad = 0;
-  for (int i = 0; i < N; ++i) {
+  for (size_t i = 0; i < h[0].size(); ++i) {
     if (!std::isfinite(h[0][i]) || !std::isfinite(h[1][i])) ++bad;
     num += (double)(h[0][i] - h[1][i]) * (h[0][i] - h[1][i]);
     den += (double)h[1][i] * h[1][i];
   }
   const double rel = std::sqrt(num / std::max(den, 1e-30));
-  std::printf("| check %s N=%d K=%d: stream vs tile rel %.2e, non-finite %d | %s |\n", ti.name, N, K, rel, bad,
+  std::printf("| check %s N=%d K=%d M=%d: stream vs tile rel %.2e, non-finite %d | %s |\n", ti.name, N, K, M, rel, bad,
               (bad == 0 && rel < 5e-3) ? "ok" : "FAIL");
   CK(cudaFree(scratch));
 }
@@ -394,7 +394,7 @@ int main(int argc, char** argv) {
         }
     }
   }
-  if (what == "all" || what == "m1") {  // both M = 1 kernels side by side
+  if (what == "all" || what == "m1") {  // both kernels side by side, M = 1, 2, 4
     struct Shape { int K, N; };
     for (const TypeInfo& ti : TYPES) {
       if (!only.empty() && only != ti.name) continue;
@@ -403,8 +403,9 @@ int main(int argc, char** argv) {
         const int64_t rb = (int64_t)sh.K / ti.block_elems * ti.block_bytes;
         pool.copy_bytes = (size_t)sh.N * rb;
         pool.copies = (int)(pool_bytes / pool.copy_bytes);
-        for (bool tile : {true, false})
-          with_type(ti.qtype, [&](auto t) { fast_rows<decltype(t)::value>(ti, pool, sh.N, sh.K, 1, x, out, tile); });
+        for (int M : {1, 2, 4, 8})
+          for (bool tile : {true, false})
+            with_type(ti.qtype, [&](auto t) { fast_rows<decltype(t)::value>(ti, pool, sh.N, sh.K, M, x, out, tile); });
       }
     }
   }
@@ -434,7 +435,8 @@ int main(int argc, char** argv) {
       fill_blocks(pool.base, pool_bytes, ti, 999);
       for (Shape sh : {Shape{14336, 4096}, Shape{4095, 14336}, Shape{1000, 768}, Shape{999, 1024}, Shape{48, 512},
                        Shape{1024, 4096}, Shape{3, 2048}})
-        with_type(ti.qtype, [&](auto t) { check_m1<decltype(t)::value>(ti, pool.base, sh.N, sh.K, x, out); });
+        for (int M : {1, 2, 3, 4, 5, 8})
+          with_type(ti.qtype, [&](auto t) { check_m<decltype(t)::value>(ti, pool.base, sh.N, sh.K, M, x, out); });
     }
   }
   CK(cudaDeviceSynchronize());

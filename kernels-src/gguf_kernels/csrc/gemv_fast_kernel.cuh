@@ -245,37 +245,51 @@ __global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
   }
 }
 
-// ---- M = 1: persistent stream with in-CTA activation records (NOTES.md v6) -----------------------
-// A warp streams two adjacent rows r0, r1, a stage at a time: 8 consecutive chunks of K of both (two
-// contiguous runs of memory). mma.m16n8k16's A row g is chunk g of r0 and A row g + 8 chunk g of r1
-// (lane (g, c) decodes them exactly as gemv_fast_kernel decodes its rows g, g + 8), and B's column g
-// holds the activations of chunk g. The diagonal then carries the dot products: D[g][g] (lane
-// (g, g / 2), element g & 1) for r0, D[g + 8][g] for r1; the rest of the product is discarded, which
-// costs nothing at M = 1. Against the 16-row tile (v4) the weight reads are two long runs per stage
-// instead of 16 rows x one chunk (v5); in addition (v6) there is no prep kernel: every CTA turns the
-// activations into its own records in shared memory while its first stages are in flight, and one
-// wave of CTAs walks row pairs gw, gw + GW, ... with one cp.async pipeline across pairs, so the
-// memory queue never drains between waves. A group's products are all issued before its epilogue.
-// MOE: the units are (pair, row pair) over a.P (token, slot) pairs, each row pair read from its pair's
-// expert and multiplied by its pair's x row (records for all a.nx x rows sit in shared memory).
-template <int T, typename XT, bool MOE>
+// ---- M <= 8: persistent stream with in-CTA activation records (NOTES.md v6, v7) -----------------
+// M = 1 (MT = 1): a warp streams two adjacent rows r0, r1, a stage at a time: 8 consecutive chunks of
+// K of both (two contiguous runs of memory). mma.m16n8k16's A row g is chunk g of r0 and A row g + 8
+// chunk g of r1 (lane (g, c) decodes them exactly as gemv_fast_kernel decodes its rows g, g + 8), and
+// B's column g holds the activations of chunk g. The diagonal then carries the dot products: D[g][g]
+// (lane (g, g / 2), element g & 1) for r0, D[g + 8][g] for r1; the rest of the product is discarded.
+// Against the 16-row tile (v4) the weight reads are two long runs per stage instead of 16 rows x one
+// chunk (v5); in addition (v6) there is no prep kernel: every CTA turns the activations into its own
+// records in shared memory while its first stages are in flight, and one wave of CTAs walks units
+// gw, gw + GW, ... with one cp.async pipeline across units, so the memory queue never drains between
+// waves. A group's products are all issued before its epilogue.
+// MT = 2, 4, 8 tokens (v7): a unit is 2 * MT rows and a stage CPS = 8 / MT chunks of each; A row a
+// is chunk a % CPS of row a / CPS, B column n chunk n % CPS of token n / CPS, so D[a][n] is kept where
+// the chunks agree: 16 * MT of the 16 x 8 products per mma instead of 16, for the same decode (MT = 8:
+// all of them, the 16-row tile of gemv_fast_kernel with its records in the CTA).
+// MOE (MT = 1): the units are (pair, row pair) over a.P (token, slot) pairs, each row pair read from its
+// pair's expert and multiplied by its pair's x row (records for all a.nx x rows sit in shared memory).
+// Shared-memory bytes between two x rows' records: MT = 8 reads 8 rows' B records at once, so they are
+// staggered by 64 bytes (a whole number of 128-byte lines apart, lanes g = 0, 1 would share banks).
+template <int T, int MT>
+GQ_HD size_t stream_rec_stride(int K) {
+  return StreamRecs<T>::bytes(K) + (MT == 8 ? 64 : 0);
+}
+
+template <int T, typename XT, bool MOE, int MT>
 __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
   using R = StreamRecs<T>;
-  constexpr int STEPS = L::STEPS, SEG = 8, GPC = L::CE / L::GS;
+  static_assert(MT == 1 || ((MT == 2 || MT == 4 || MT == 8) && !MOE), "MT tokens: 1, 2, 4 or 8; MoE with 1");
+  constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
   const int GR = Prep<T>::gr(1);
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, WPC = blockDim.x >> 5;
   const int g = lane >> 2, c = lane & 3;
-  const int N = a.N, K = a.K, S = a.S, RS = SEG * L::CB, STAGE = 2 * RS;
-  const int nch = K / L::CE, nst = (nch + SEG - 1) / SEG;
-  const size_t RB = R::bytes(K);  // one x row's records
+  const int rho = g / CPS, kap = g % CPS;  // lane's A rows (rho, rho + MT) and chunk; its B token rho
+  const int N = a.N, K = a.K, S = a.S, RS = CPS * L::CB, STAGE = RPU * RS;
+  const int nch = K / L::CE, nst = (nch + CPS - 1) / CPS;
+  const size_t RB = stream_rec_stride<T, MT>(K);  // one x row's records
+  const int nx = MOE ? a.nx : MT;
   uint8_t* recs = smem;
-  uint8_t* buf = recs + (MOE ? a.nx : 1) * RB + (size_t)warp * S * STAGE;
-  int* sid = reinterpret_cast<int*>(recs + (MOE ? a.nx : 1) * RB + (size_t)WPC * S * STAGE);  // MOE: experts
+  uint8_t* buf = recs + nx * RB + (size_t)warp * S * STAGE;
+  int* sid = reinterpret_cast<int*>(recs + nx * RB + (size_t)WPC * S * STAGE);  // MOE: experts
 
-  const int hN = (N + 1) / 2, units = MOE ? a.P * hN : hN;
+  const int hN = (N + RPU - 1) / RPU, units = MOE ? a.P * hN : hN;
   const int gw = blockIdx.x * WPC + warp, GW = gridDim.x * WPC;
   const int total = (gw < units ? (units - 1 - gw) / GW + 1 : 0) * nst;  // stages this warp reads
   if constexpr (MOE) {  // unroutable ids read expert 0 and write zeros
@@ -285,7 +299,7 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
     }
     __syncthreads();
   }
-  // unit u's weight rows (2 * row pair; the second clamped: an odd last row is read twice)
+  // unit u's first weight row (rows past N are read as row N - 1 and not stored)
   const auto rows_of = [&](int u) {
     int rp = u;
     const uint8_t* w = a.w;
@@ -294,32 +308,40 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
       rp = u - q * hN;
       w += (int64_t)max(sid[q], 0) * a.expert_bytes;
     }
-    return w + (int64_t)(2 * rp) * a.row_bytes;
+    return w + (int64_t)(RPU * rp) * a.row_bytes;
   };
 
-  // the warp's stages in order (pair gw + j * GW, chunks 8 * s ...), the next one into buffer `st`:
+  // the warp's stages in order (unit gw + j * GW, chunks CPS * s ...), the next one into buffer `st`:
   // each warp-wide cp.async covers 512 contiguous bytes of one row
   int is = 0, ip = gw, ii = 0;
   const uint8_t* iw = a.w;
-  int64_t ib1 = 0;
+  int ilast = 0;  // last row of the unit that exists, counted from its first
   auto issue = [&](int st) {
     if (ii < total) {
       if (is == 0) {
         iw = rows_of(ip);
-        ib1 = 2 * (ip % hN) + 1 < N ? a.row_bytes : 0;  // an odd last row is read twice, stored once
+        ilast = min(RPU - 1, N - 1 - RPU * (ip % hN));
       }
-      const int c0 = SEG * is;
-      const int nP = min(SEG, nch - c0) * (L::CB / 16);  // 16-byte pieces per row
+      const int c0 = CPS * is;
+      const int nP = min(CPS, nch - c0) * (L::CB / 16);  // 16-byte pieces per row
       const uint8_t* s0 = iw + c0 * L::CB;
-      const uint8_t* s1 = s0 + ib1;
       uint8_t* d = buf + st * STAGE;
-      constexpr int NPF = SEG * L::CB / 16;  // pieces per row of a full stage: a fixed trip count
+      constexpr int NPF = CPS * L::CB / 16;  // pieces per row of a full stage: a fixed trip count
+      if constexpr (MT == 1) {
+        const uint8_t* s1 = s0 + (ilast > 0 ? a.row_bytes : 0);
 #pragma unroll
-      for (int k = 0; k < (NPF + 31) / 32; ++k) {
-        const int pc = lane + 32 * k;
-        if (pc < nP) {
-          cp16(d + 16 * pc, s0 + 16 * pc);
-          cp16(d + RS + 16 * pc, s1 + 16 * pc);
+        for (int k = 0; k < (NPF + 31) / 32; ++k) {
+          const int pc = lane + 32 * k;
+          if (pc < nP) {
+            cp16(d + 16 * pc, s0 + 16 * pc);
+            cp16(d + RS + 16 * pc, s1 + 16 * pc);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < (RPU * NPF + 31) / 32; ++k) {
+          const int q = lane + 32 * k, r = q / NPF, pc = q - r * NPF;
+          if (r < RPU && pc < nP) cp16(d + r * RS + 16 * pc, s0 + (int64_t)min(r, ilast) * a.row_bytes + 16 * pc);
         }
       }
       if (++is == nst) { is = 0; ip += GW; }
@@ -330,30 +352,40 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
   {
     const XT* x = reinterpret_cast<const XT*>(a.x);
     const int nG = K / L::GS;
-    for (int G = threadIdx.x; G < (MOE ? a.nx : 1) * nG; G += blockDim.x) {
-      const int xr = MOE ? G / nG : 0, Gl = G - xr * nG;
+    for (int G = threadIdx.x; G < nx * nG; G += blockDim.x) {
+      const int xr = G / nG, Gl = G - xr * nG;
       float v[L::GS];
-      load_group(x + (MOE ? xr * a.x_stride : 0) + (int64_t)Gl * L::GS, v);
+      if (MOE || xr < a.M) {
+        load_group(x + xr * a.x_stride + (int64_t)Gl * L::GS, v);
+      } else {  // a token past M (M = 3 on MT = 4): zeros, never stored
+#pragma unroll
+        for (int e = 0; e < L::GS; ++e) v[e] = 0.f;
+      }
       R::group(v, Gl, K, recs + xr * RB);
     }
   }
   __syncthreads();
 
-  float acc0 = 0.f, acc1 = 0.f;
-  const bool on_diag = c == (g >> 1);
+  // kept products: lane (g, c) holds columns 2c, 2c + 1; the one of chunk kap is element g & 1, when
+  // it is there; its token is (2c + (g & 1)) / CPS
+  const bool keep = (2 * c) % CPS == (kap & ~1);
+  const int tok = MT == 8 ? 2 * c : (2 * c + (g & 1)) / CPS;  // MT = 8: tokens 2c and 2c + 1
+  float acc[MT == 8 ? 4 : 2] = {};  // (row rho, row rho + MT) x (tok[, tok + 1])
   int cur = 0, s = 0, p = gw;  // buffer, stage of the unit, unit of stage i
-  // the unit's x records and output rows
+  // the unit's x records, first row and output base
   const uint8_t* xrec = recs;
-  int64_t orow = 0;
+  int row0 = 0;
+  int64_t obase = 0;
   bool zero = false;
   const auto unit_io = [&](int u) {
     if constexpr (MOE) {
       const int q = u / hN;
       xrec = recs + (q / a.x_div) * RB;
-      orow = (int64_t)q * a.out_stride + 2 * (u - q * hN);
+      obase = (int64_t)q * a.out_stride;
+      row0 = RPU * (u - q * hN);
       zero = sid[q] < 0;
     } else {
-      orow = 2 * u;
+      row0 = RPU * u;
     }
   };
   if (gw < units) unit_io(gw);
@@ -362,16 +394,15 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
     __syncwarp();
     issue(cur == 0 ? S - 1 : cur - 1);
     commit();
-    const int c0 = SEG * s;
-    // lanes whose chunk is past K (a short last stage) decode chunk 0: their rows and columns of D
-    // are off the diagonal entries that are kept
-    const bool live = g < nch - c0;
-    const int ch = c0 + (live ? g : 0);
-    const uint8_t* rg = buf + cur * STAGE + (ch - c0) * L::CB;
-    const uint8_t* Bp = xrec + (size_t)ch * R::bstride() + c * (8 * STEPS);
-    const uint8_t* Sp = xrec + (size_t)nch * R::bstride() + (size_t)ch * R::sstride();
-    float e0[GPC], e1[GPC], f0[GPC], f1[GPC], h0[GPC], h1[GPC];
-    L::chunk(rg, rg + RS, c, [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+    const int c0 = CPS * s;
+    // lanes whose chunk is past K (a short last stage) decode the stage's first chunk: their
+    // products are not kept
+    const bool live = kap < nch - c0;
+    const int ch = c0 + (live ? kap : 0);
+    const uint8_t* rg = buf + cur * STAGE + rho * RS + (ch - c0) * L::CB;
+    const uint8_t* Bp = xrec + rho * RB + (size_t)ch * R::bstride() + c * (8 * STEPS);
+    const uint8_t* Sp = xrec + tok * RB + (size_t)nch * R::bstride() + (size_t)ch * R::sstride();
+    const auto product = [&](int q, const uint32_t (&A)[2][4], float (&D)[4]) {
       uint32_t b[4] = {0u, 0u, 0u, 0u};
       if constexpr (STEPS == 2) {
         const uint4 r = *reinterpret_cast<const uint4*>(Bp + q * R::BREC);
@@ -380,38 +411,76 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
         const uint2 r = *reinterpret_cast<const uint2*>(Bp + q * R::BREC);
         b[0] = r.x; b[1] = r.y;
       }
-      float D[4];
       mma16816_z(D, A[0], b[0], b[1]);
       if constexpr (STEPS == 2) mma16816(D, A[1], b[2], b[3]);
-      e0[q] = (g & 1) ? D[1] : D[0]; e1[q] = (g & 1) ? D[3] : D[2];
-      f0[q] = sg; f1[q] = sg8; h0[q] = og; h1[q] = og8;
-    });
-    if (on_diag && live) {
-#pragma unroll
-      for (int q = 0; q < GPC; ++q) {
-        const float2 sb = *reinterpret_cast<const float2*>(Sp + q * GR);
-        acc0 = fmaf(f0[q], fmaf(sb.x, e0[q], sb.y), acc0);
-        acc1 = fmaf(f1[q], fmaf(sb.x, e1[q], sb.y), acc1);
+    };
+    if constexpr (MT == 8) {  // every product kept, the epilogue right after it (registers)
+      L::chunk(rg, rg + MT * RS, c, [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+        float D[4];
+        product(q, A, D);
+        const float2 s0 = *reinterpret_cast<const float2*>(Sp + q * GR);
+        const float2 s1 = *reinterpret_cast<const float2*>(Sp + RB + q * GR);
+        acc[0] = fmaf(sg, fmaf(s0.x, D[0], s0.y), acc[0]);
+        acc[1] = fmaf(sg, fmaf(s1.x, D[1], s1.y), acc[1]);
+        acc[2] = fmaf(sg8, fmaf(s0.x, D[2], s0.y), acc[2]);
+        acc[3] = fmaf(sg8, fmaf(s1.x, D[3], s1.y), acc[3]);
         if constexpr (L::HAS_MIN) {
-          const float Sx = *reinterpret_cast<const float*>(Sp + q * GR + 16);
-          acc0 = fmaf(h0[q], Sx, acc0);
-          acc1 = fmaf(h1[q], Sx, acc1);
+          const float S0 = *reinterpret_cast<const float*>(Sp + q * GR + 16);
+          const float S1 = *reinterpret_cast<const float*>(Sp + RB + q * GR + 16);
+          acc[0] = fmaf(og, S0, acc[0]);
+          acc[1] = fmaf(og, S1, acc[1]);
+          acc[2] = fmaf(og8, S0, acc[2]);
+          acc[3] = fmaf(og8, S1, acc[3]);
+        }
+      });
+    } else {  // all of a chunk's products first, then the kept ones' epilogue
+      float e0[GPC], e1[GPC], f0[GPC], f1[GPC], h0[GPC], h1[GPC];
+      L::chunk(rg, rg + MT * RS, c, [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+        float D[4];
+        product(q, A, D);
+        e0[q] = (g & 1) ? D[1] : D[0]; e1[q] = (g & 1) ? D[3] : D[2];
+        f0[q] = sg; f1[q] = sg8; h0[q] = og; h1[q] = og8;
+      });
+      if (keep && live) {
+#pragma unroll
+        for (int q = 0; q < GPC; ++q) {
+          const float2 sb = *reinterpret_cast<const float2*>(Sp + q * GR);
+          acc[0] = fmaf(f0[q], fmaf(sb.x, e0[q], sb.y), acc[0]);
+          acc[1] = fmaf(f1[q], fmaf(sb.x, e1[q], sb.y), acc[1]);
+          if constexpr (L::HAS_MIN) {
+            const float Sx = *reinterpret_cast<const float*>(Sp + q * GR + 16);
+            acc[0] = fmaf(h0[q], Sx, acc[0]);
+            acc[1] = fmaf(h1[q], Sx, acc[1]);
+          }
         }
       }
     }
     __syncwarp();
     cur = cur + 1 == S ? 0 : cur + 1;
-    if (++s == nst) {  // the unit's last stage: its two dot products
+    if (++s == nst) {  // the unit's last stage: sum over the lanes of one (row, token): chunks kap, and
+                       // columns c of the same token
+      constexpr int RED = MT == 8 ? 0 : ((CPS - 1) << 2) | (CPS / 2 - 1);
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
-        acc0 += __shfl_xor_sync(0xFFFFFFFFu, acc0, o);
-        acc1 += __shfl_xor_sync(0xFFFFFFFFu, acc1, o);
+        if (RED & o) {
+#pragma unroll
+          for (float& v : acc) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+        }
       }
-      if (lane == 0) {
-        store_out(a, orow, zero ? 0.f : acc0);
-        if (2 * (p % hN) + 1 < N) store_out(a, orow + 1, zero ? 0.f : acc1);
+      if ((lane & RED) == 0) {
+        const int r0 = row0 + rho, r1 = r0 + MT;
+#pragma unroll
+        for (int e = 0; e < (MT == 8 ? 2 : 1); ++e) {  // MT = 8: acc = {(r0, tok), (r0, tok + 1), (r1, tok), (r1, tok + 1)}
+          if (MOE || tok + e < a.M) {
+            const int64_t o = obase + (int64_t)(tok + e) * a.out_stride;
+            const float v0 = MT == 8 ? acc[e] : acc[0], v1 = MT == 8 ? acc[2 + e] : acc[1];
+            if (r0 < N) store_out(a, o + r0, zero ? 0.f : v0);
+            if (r1 < N) store_out(a, o + r1, zero ? 0.f : v1);
+          }
+        }
       }
-      acc0 = acc1 = 0.f;
+#pragma unroll
+      for (float& v : acc) v = 0.f;
       s = 0;
       p += GW;
       if (p < units) unit_io(p);
@@ -536,10 +605,10 @@ Choice choose(int N, int K, int M, int sms) {
   return best;
 }
 
-// Resident CTAs per SM of gemv_stream_kernel<T, XT, MOE> with WPC warps and `smem` bytes: registers,
+// Resident CTAs per SM of gemv_stream_kernel<T, XT, MOE, MT> with WPC warps and `smem` bytes: registers,
 // shared memory and threads, from the function's and the device's attributes (read once). The shared
 // memory carve-out is set to its largest so that this count holds.
-template <int T, typename XT, bool MOE>
+template <int T, typename XT, bool MOE, int MT>
 int stream_ctas_per_sm(int WPC, size_t smem) {
   static int regs = 0, sm_regs = 0, sm_smem = 0, reserved = 0, sm_threads = 0;
   if (!regs) {
@@ -549,7 +618,7 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
     cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
     cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
     cudaDeviceGetAttribute(&sm_threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev);
-    const auto kernel = gemv_stream_kernel<T, XT, MOE>;
+    const auto kernel = gemv_stream_kernel<T, XT, MOE, MT>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     cudaFuncAttributes fa;
@@ -565,24 +634,30 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
 // the CTAs per SM, so more warps per CTA can mean more warps per SM), 4 on a tie, and spread the
 // units evenly over just enough CTAs. Measured on the H200 (NOTES.md v6): 4 warps and 2 stages beat
 // 8 / 16 warps and 3 / 4 stages by 3-10% at equal rounds, and 64-128 registers all ran the same.
-// Few units: fewer warps per CTA, one unit each, over more SMs. {0, ...}: the records do not fit.
+// Few units: fewer warps per CTA, one unit each, over more SMs. {0, ...}: the records do not fit, or
+// this kernel would lose to the tile kernel (v7 measurements): when fewer than half the warps that
+// fit have a unit and a unit is more than 16 stages (a warp's stages run one after another: 14336 ->
+// 4096 at M = 4, 512 units of 28 stages, took 30 us against the tile kernel's 27), or when the CTA's
+// threads have more than 8 groups of activations each to turn into records (4096 -> 1024 at M = 4:
+// 128 units, one warp per CTA, 16 groups a thread, 15 us against 7).
 struct StreamChoice { int WPC, S, ctas; size_t smem; };
-template <int T, typename XT, bool MOE>
-StreamChoice choose_stream(int units, size_t fixed) {
+template <int T, typename XT, bool MOE, int MT>
+StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   using L = FT<T>;
   const int sms = num_sms();
   const int S = knob_s() ? knob_s() : 2;
   const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * S * 2 * 8 * L::CB; };
   StreamChoice best{0, 0, 0, 0};
-  int best_rounds = 0;
+  int best_rounds = 0, best_cap = 0;
   for (int WPC : {4, 8, 16}) {
     if (knob_w() && WPC != knob_w()) continue;
     const size_t smem = smem_for(WPC);
-    const int n = smem > 200 * 1024 ? 0 : stream_ctas_per_sm<T, XT, MOE>(WPC, smem);
+    const int n = smem > 200 * 1024 ? 0 : stream_ctas_per_sm<T, XT, MOE, MT>(WPC, smem);
     if (n <= 0) continue;
     const int rounds = (units + n * sms * WPC - 1) / (n * sms * WPC);
     if (!best.WPC || rounds < best_rounds) {
       best_rounds = rounds;
+      best_cap = n * sms * WPC;
       best = {WPC, S, (units + rounds * WPC - 1) / (rounds * WPC), smem};
     }
   }
@@ -590,24 +665,37 @@ StreamChoice choose_stream(int units, size_t fixed) {
     const int WPC = std::max(1, (units + sms - 1) / sms);
     best = {WPC, S, (units + WPC - 1) / WPC, smem_for(WPC)};
   }
+  if (!best.WPC || (2 * units < best_cap && nst > 16) || groups > 8 * 32 * best.WPC) return StreamChoice{0, 0, 0, 0};
   return best;
 }
 
-template <int T, typename XT, bool MOE>
+template <int T, typename XT, bool MOE, int MT>
 cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
-  const StreamChoice ch = choose_stream<T, XT, MOE>(units, fixed);
+  const int nch = a.K / FT<T>::CE, nst = (nch + 8 / MT - 1) / (8 / MT);
+  const StreamChoice ch = choose_stream<T, XT, MOE, MT>(units, fixed, nst, (MOE ? a.nx : MT) * (a.K / FT<T>::GS));
   if (!ch.WPC) return cudaErrorNotSupported;
   a.S = ch.S;
-  gemv_stream_kernel<T, XT, MOE><<<ch.ctas, 32 * ch.WPC, ch.smem, stream>>>(a);
+  gemv_stream_kernel<T, XT, MOE, MT><<<ch.ctas, 32 * ch.WPC, ch.smem, stream>>>(a);
   return cudaGetLastError();
 }
 
-// M = 1 goes to gemv_stream_kernel unless m1_tile (launch() passes GGUF_KERNELS_FAST_M1_TILE;
-// benchmarks/gemv_probe.cu calls this directly to compare both kernels in one process) or K's records
-// do not fit one CTA.
-inline int knob_m1_tile() { static const int v = env_knob("GGUF_KERNELS_FAST_M1_TILE"); return v; }
+// M <= stream_max_m() (default 8) goes to gemv_stream_kernel (MT = 1, 2, 4 or 8 tokens) unless `tile`
+// (launch() passes GGUF_KERNELS_FAST_TILE; benchmarks/gemv_probe.cu calls this directly to compare both
+// kernels in one process) or the records of K do not fit one CTA; the rest to gemv_fast_kernel.
+inline int knob_tile() { static const int v = env_knob("GGUF_KERNELS_FAST_TILE"); return v; }
+inline int stream_max_m() {
+  static const int v = std::getenv("GGUF_KERNELS_FAST_STREAM_MAX_M") ? env_knob("GGUF_KERNELS_FAST_STREAM_MAX_M") : 8;
+  return v;
+}
+template <int T, int MT>
+cudaError_t launch_stream_dense(const FastArgs& a, DType xt, cudaStream_t stream) {
+  const int units = (a.N + 2 * MT - 1) / (2 * MT);
+  const size_t fixed = MT * stream_rec_stride<T, MT>(a.K);
+  return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, false, MT>(a, units, fixed, stream)
+                           : launch_stream<T, __half, false, MT>(a, units, fixed, stream);
+}
 template <int T>
-cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, int pdl, bool m1_tile,
+cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, int pdl, bool tile,
                         cudaStream_t stream) {
   using L = FT<T>;
   if constexpr (!L::OK) {
@@ -615,15 +703,15 @@ cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scra
   } else {
     const int K = ga.K, M = ga.M, N = ga.N;
     if (scratch_bytes<T>(K, M, ga.row_bytes) == 0 || scratch_size < Prep<T>::bytes(K, M)) return cudaErrorInvalidValue;
-    FastArgs a;
-    a.w = ga.w; a.row_bytes = ga.row_bytes; a.N = N; a.K = K; a.M = M; a.x = ga.x;
+    FastArgs a = {};
+    a.w = ga.w; a.row_bytes = ga.row_bytes; a.N = N; a.K = K; a.M = M; a.x = ga.x; a.x_stride = ga.x_stride;
     a.out = ga.out; a.out_stride = ga.out_stride;
     a.out_bf16 = xt == DType::BF16;
-    if (M == 1 && !L::MIS && !m1_tile && (xt == DType::BF16 || xt == DType::F16)) {
-      const int units = (N + 1) / 2;
-      const size_t fixed = StreamRecs<T>::bytes(K);
-      const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, false>(a, units, fixed, stream)
-                                              : launch_stream<T, __half, false>(a, units, fixed, stream);
+    if (M <= stream_max_m() && !L::MIS && !tile && (xt == DType::BF16 || xt == DType::F16)) {
+      const cudaError_t e = M == 1   ? launch_stream_dense<T, 1>(a, xt, stream)
+                            : M == 2 ? launch_stream_dense<T, 2>(a, xt, stream)
+                            : M <= 4 ? launch_stream_dense<T, 4>(a, xt, stream)
+                                     : launch_stream_dense<T, 8>(a, xt, stream);
       if (e != cudaErrorNotSupported) return e;
     }
     uint8_t* xb = reinterpret_cast<uint8_t*>(scratch);
@@ -675,7 +763,7 @@ cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scra
 
 template <int T>
 cudaError_t launch(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, int pdl, cudaStream_t stream) {
-  return launch_with<T>(ga, xt, scratch, scratch_size, pdl, knob_m1_tile(), stream);
+  return launch_with<T>(ga, xt, scratch, scratch_size, pdl, knob_tile(), stream);
 }
 
 // MoE pairs (GEMV_PAIRS args) on gemv_stream_kernel: cudaErrorNotSupported when this path does not
@@ -707,8 +795,8 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, cudaStream_t stream)
     a.expert_bytes = ga.expert_bytes; a.x_stride = ga.x_stride;
     const int units = P * ((N + 1) / 2);
     const size_t fixed = recs + ((size_t)P * 4 + 15) / 16 * 16;
-    return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true>(a, units, fixed, stream)
-                             : launch_stream<T, __half, true>(a, units, fixed, stream);
+    return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1>(a, units, fixed, stream)
+                             : launch_stream<T, __half, true, 1>(a, units, fixed, stream);
   }
 }
 
