@@ -292,6 +292,20 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
   const int hN = (N + RPU - 1) / RPU, units = MOE ? a.P * hN : hN;
   const int gw = blockIdx.x * WPC + warp, GW = gridDim.x * WPC;
   const int total = (gw < units ? (units - 1 - gw) / GW + 1 : 0) * nst;  // stages this warp reads
+  const XT* x = reinterpret_cast<const XT*>(a.x);
+  const int nG = K / L::GS;
+  // x row xr's group Gl as float (zeros for a token past M: M = 3 on MT = 4, never stored)
+  const auto load_x = [&](int G, float (&v)[L::GS]) {
+    const int xr = G / nG;
+    if (MOE || xr < a.M) {
+      load_group(x + xr * a.x_stride + (int64_t)(G - xr * nG) * L::GS, v);
+    } else {
+#pragma unroll
+      for (int e = 0; e < L::GS; ++e) v[e] = 0.f;
+    }
+  };
+  float v0[L::GS];  // the thread's first group, requested before the expert ids are waited for
+  if (threadIdx.x < nx * nG) load_x(threadIdx.x, v0);
   if constexpr (MOE) {  // unroutable ids read expert 0 and write zeros
     for (int q = threadIdx.x; q < a.P; q += blockDim.x) {
       const int64_t e = a.ids64 ? reinterpret_cast<const int64_t*>(a.ids)[q] : reinterpret_cast<const int*>(a.ids)[q];
@@ -349,19 +363,14 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
     }
   };
   for (int s = 0; s < S - 1; ++s) { issue(s); commit(); }
-  {
-    const XT* x = reinterpret_cast<const XT*>(a.x);
-    const int nG = K / L::GS;
-    for (int G = threadIdx.x; G < nx * nG; G += blockDim.x) {
-      const int xr = G / nG, Gl = G - xr * nG;
+  for (int G = threadIdx.x; G < nx * nG; G += blockDim.x) {
+    const int xr = G / nG;
+    if (G == threadIdx.x) {
+      R::group(v0, G - xr * nG, K, recs + xr * RB);
+    } else {
       float v[L::GS];
-      if (MOE || xr < a.M) {
-        load_group(x + xr * a.x_stride + (int64_t)Gl * L::GS, v);
-      } else {  // a token past M (M = 3 on MT = 4): zeros, never stored
-#pragma unroll
-        for (int e = 0; e < L::GS; ++e) v[e] = 0.f;
-      }
-      R::group(v, Gl, K, recs + xr * RB);
+      load_x(G, v);
+      R::group(v, G - xr * nG, K, recs + xr * RB);
     }
   }
   __syncthreads();

@@ -157,72 +157,114 @@ static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M
   return 0;
 }
 
-// M = 1 through gemv_stream_kernel's mapping: a warp holds rows r0, r1; A row g (g + 8) is chunk g of
-// the stage of r0 (r1), B column g the activations of chunk g, and the dot products are read off the
-// diagonal of D. Stages of 8 chunks; lanes past a short last stage decode chunk 0. The activation
-// records sit in the kernel's shared-memory layout (StreamRecs: a spare record per chunk).
+// gemv_stream_kernel's dense path (gemv_fast_kernel.cuh, kept in step by hand): MT = 1, 2, 4, 8 tokens
+// for M = 1, 2, 3..4, 5..8; a unit is RPU = 2 MT rows, a stage CPS = 8 / MT chunks of each. Lane (g, c),
+// rho = g / CPS, kap = g % CPS, decodes rows rho, rho + MT at chunk kap; B column g is token rho's
+// chunk kap; the products where the chunks agree are kept and summed over the lanes of one (row, token).
+// Records: StreamRecs per token, stream_rec_stride apart (tokens >= M: zeros). Lanes past a short last
+// stage decode its first chunk and keep nothing; rows past R are read as row R - 1 and not stored.
 template <int T>
-static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x, float* out) {
+static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M, float* out) {
   using L = FT<T>;
   using SR = StreamRecs<T>;
-  constexpr int SEG = 8;
-  const int GPC = L::CE / L::GS, STEPS = L::STEPS, RS = SEG * L::CB, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
-  if (L::MIS || K % L::CE || rb % 16 || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES) return 2;
-  const int nG = K / L::GS, nch = K / L::CE;
-  std::vector<uint8_t> recs(SR::bytes(K), 0xCD);
-  for (int G = 0; G < nG; ++G) SR::group(x + (size_t)G * L::GS, G, K, recs.data());
-  const uint8_t* srecs = recs.data() + (size_t)nch * SR::bstride();
-  std::vector<uint8_t> stage_mem(2 * RS + 16);
+  const int GPC = L::CE / L::GS, STEPS = L::STEPS, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
+  if (L::MIS || M < 1 || M > 8 || K % L::CE || rb % 16 || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES)
+    return 2;
+  const int MT = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : 8;
+  const int CPS = 8 / MT, RPU = 2 * MT, RS = CPS * L::CB;
+  const int nG = K / L::GS, nch = K / L::CE, nst = (nch + CPS - 1) / CPS;
+  const size_t RB = SR::bytes(K) + (MT == 8 ? 64 : 0);  // stream_rec_stride<T, MT>
+  std::vector<uint8_t> recs(MT * RB, 0xCD);
+  const std::vector<float> zeros(L::GS, 0.f);
+  for (int t = 0; t < MT; ++t)
+    for (int G = 0; G < nG; ++G)
+      SR::group(t < M ? x + (size_t)t * K + (size_t)G * L::GS : zeros.data(), G, K, recs.data() + t * RB);
+  const uint8_t* srecs = recs.data() + (size_t)nch * SR::bstride();  // token 0's {sigma, -beta, ., ., S}
+  std::vector<uint8_t> stage_mem(RPU * RS + 16);
   uint8_t* st = reinterpret_cast<uint8_t*>(((uintptr_t)stage_mem.data() + 15) & ~(uintptr_t)15);
-  for (int r0 = 0; r0 < R; r0 += 2) {
-    const int r1 = r0 + 1 < R ? r0 + 1 : r0;
-    double acc0 = 0, acc1 = 0;
-    for (int c0 = 0; c0 < nch; c0 += SEG) {
-      const int nseg = nch - c0 < SEG ? nch - c0 : SEG;
-      std::memset(st, 0xEE, 2 * RS);
-      std::memcpy(st, w + (size_t)r0 * rb + (size_t)c0 * L::CB, (size_t)nseg * L::CB);
-      std::memcpy(st + RS, w + (size_t)r1 * rb + (size_t)c0 * L::CB, (size_t)nseg * L::CB);
+  // the kernel's lane sum: xor shuffles over RED, stored by the lanes with (lane & RED) == 0
+  const int RED = MT == 8 ? 0 : ((CPS - 1) << 2) | (CPS / 2 - 1);
+  for (int row0 = 0; row0 < R; row0 += RPU) {
+    float acc[32][4] = {};  // MT < 8: (row rho, row rho + MT) x tok; MT = 8: x (2c, 2c + 1)
+    for (int s = 0; s < nst; ++s) {
+      const int c0 = CPS * s, nlive = nch - c0 < CPS ? nch - c0 : CPS;
+      std::memset(st, 0xEE, (size_t)RPU * RS);
+      for (int r = 0; r < RPU; ++r) {
+        const int row = row0 + r < R ? row0 + r : R - 1;
+        std::memcpy(st + r * RS, w + (size_t)row * rb + (size_t)c0 * L::CB, (size_t)nlive * L::CB);
+      }
+      const auto chunk_of = [&](int g) { return c0 + (g % CPS < nlive ? g % CPS : 0); };
       std::vector<Rec> rcs(32 * GPC);
       for (int lane = 0; lane < 32; ++lane) {
-        const int g = lane >> 2, c = lane & 3, cg = g < nseg ? g : 0;
-        decode_chunk<T>(st + cg * L::CB, st + RS + cg * L::CB, c, &rcs[lane * GPC]);
+        const int g = lane >> 2, c = lane & 3;
+        const uint8_t* rg = st + (g / CPS) * RS + (chunk_of(g) - c0) * L::CB;
+        decode_chunk<T>(rg, rg + MT * RS, c, &rcs[lane * GPC]);
       }
       for (int q = 0; q < GPC; ++q) {
         float D[32][4] = {};
-        // chunk g's records (B column g), in lane c's slots; lanes past the stage read chunk 0's
         mma_group(&rcs[q], GPC, STEPS, D, [&](int g, int c) -> const uint8_t* {
-          const int ch = c0 + (g < nseg ? g : 0);
-          return recs.data() + (size_t)ch * SR::bstride() + q * BREC + c * (8 * STEPS);
+          return recs.data() + (g / CPS) * RB + (size_t)chunk_of(g) * SR::bstride() + q * BREC + c * (8 * STEPS);
         });
         for (int lane = 0; lane < 32; ++lane) {
-          const int g = lane >> 2, c = lane & 3;
-          if (c != g >> 1 || g >= nseg) continue;
+          const int g = lane >> 2, c = lane & 3, kap = g % CPS;
           const Rec& rc = rcs[lane * GPC + q];
-          const float* sb = reinterpret_cast<const float*>(srecs + (size_t)(c0 + g) * SR::sstride() + q * GR);
-          const float d0 = D[lane][g & 1], d1 = D[lane][2 + (g & 1)];
-          acc0 += std::fmaf(rc.sg, std::fmaf(sb[0], d0, sb[1]), 0.f);
-          acc1 += std::fmaf(rc.sg8, std::fmaf(sb[0], d1, sb[1]), 0.f);
-          if (L::HAS_MIN) {
-            acc0 += rc.og * sb[4];
-            acc1 += rc.og8 * sb[4];
+          const uint8_t* Sp = srecs + (size_t)chunk_of(g) * SR::sstride() + q * GR;
+          float* a = acc[lane];
+          if (MT == 8) {  // every product: rows g, g + 8 x tokens 2c, 2c + 1
+            const float* s0 = reinterpret_cast<const float*>(Sp + 2 * c * RB);
+            const float* s1 = reinterpret_cast<const float*>(Sp + (2 * c + 1) * RB);
+            a[0] = std::fmaf(rc.sg, std::fmaf(s0[0], D[lane][0], s0[1]), a[0]);
+            a[1] = std::fmaf(rc.sg, std::fmaf(s1[0], D[lane][1], s1[1]), a[1]);
+            a[2] = std::fmaf(rc.sg8, std::fmaf(s0[0], D[lane][2], s0[1]), a[2]);
+            a[3] = std::fmaf(rc.sg8, std::fmaf(s1[0], D[lane][3], s1[1]), a[3]);
+            if (L::HAS_MIN) {
+              a[0] = std::fmaf(rc.og, s0[4], a[0]);
+              a[1] = std::fmaf(rc.og, s1[4], a[1]);
+              a[2] = std::fmaf(rc.og8, s0[4], a[2]);
+              a[3] = std::fmaf(rc.og8, s1[4], a[3]);
+            }
+          } else if ((2 * c) % CPS == (kap & ~1) && kap < nlive) {  // element g & 1, token (2c + (g & 1)) / CPS
+            const float* sb = reinterpret_cast<const float*>(Sp + (2 * c + (g & 1)) / CPS * RB);
+            a[0] = std::fmaf(rc.sg, std::fmaf(sb[0], D[lane][g & 1], sb[1]), a[0]);
+            a[1] = std::fmaf(rc.sg8, std::fmaf(sb[0], D[lane][2 + (g & 1)], sb[1]), a[1]);
+            if (L::HAS_MIN) {
+              a[0] = std::fmaf(rc.og, sb[4], a[0]);
+              a[1] = std::fmaf(rc.og8, sb[4], a[1]);
+            }
           }
         }
       }
     }
-    out[r0] = (float)acc0;
-    if (r0 + 1 < R) out[r0 + 1] = (float)acc1;
+    for (int o = 16; o > 0; o >>= 1) {
+      if (!(RED & o)) continue;
+      float prev[32][4];
+      std::memcpy(prev, acc, sizeof(prev));
+      for (int lane = 0; lane < 32; ++lane)
+        for (int e = 0; e < 4; ++e) acc[lane][e] = prev[lane][e] + prev[lane ^ o][e];
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+      if (lane & RED) continue;
+      const int g = lane >> 2, c = lane & 3, r0 = row0 + g / CPS, r1 = r0 + MT;
+      const int tok = MT == 8 ? 2 * c : (2 * c + (g & 1)) / CPS;
+      for (int e = 0; e < (MT == 8 ? 2 : 1); ++e) {
+        if (tok + e >= M) continue;
+        if (r0 < R) out[(size_t)(tok + e) * R + r0] = MT == 8 ? acc[lane][e] : acc[lane][0];
+        if (r1 < R) out[(size_t)(tok + e) * R + r1] = MT == 8 ? acc[lane][2 + e] : acc[lane][1];
+      }
+    }
   }
   return 0;
 }
 
-extern "C" int fast_matmul_stream(int t, const uint8_t* w, int R, long long rb, int K, const float* x, float* out) {
+extern "C" int fast_matmul_stream(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M,
+                                  float* out) {
   switch (t) {
-    case Q4_0: return run_stream<Q4_0>(w, R, rb, K, x, out);
-    case Q8_0: return run_stream<Q8_0>(w, R, rb, K, x, out);
-    case Q4_K: return run_stream<Q4_K>(w, R, rb, K, x, out);
-    case Q5_K: return run_stream<Q5_K>(w, R, rb, K, x, out);
-    case IQ4_XS: return run_stream<IQ4_XS>(w, R, rb, K, x, out);
-    case MXFP4: return run_stream<MXFP4>(w, R, rb, K, x, out);
+    case Q4_0: return run_stream<Q4_0>(w, R, rb, K, x, M, out);
+    case Q8_0: return run_stream<Q8_0>(w, R, rb, K, x, M, out);
+    case Q4_K: return run_stream<Q4_K>(w, R, rb, K, x, M, out);
+    case Q5_K: return run_stream<Q5_K>(w, R, rb, K, x, M, out);
+    case IQ4_XS: return run_stream<IQ4_XS>(w, R, rb, K, x, M, out);
+    case MXFP4: return run_stream<MXFP4>(w, R, rb, K, x, M, out);
   }
   return 1;
 }

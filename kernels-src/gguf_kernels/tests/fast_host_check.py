@@ -62,27 +62,29 @@ def main():
                 ok = rc == 0 and np.isfinite(out).all() and err < 5e-5
                 bad += not ok
                 print(f"{name:7s} K={K:5d} M={M} U={U} rc={rc} rel={err:.2e} {'ok' if ok else 'FAIL'}")
-    # M = 1 through gemv_stream_kernel's mapping (two rows per warp, dot products on the diagonal):
-    # odd R, one stage, several stages, and a short last stage
+    # gemv_stream_kernel's dense path (MT = 1, 2, 4, 8 tokens): odd R (a short last unit for every MT),
+    # one stage, several stages, and a short last stage for every MT < 8 (11 chunks)
     for name in TYPES:
-        if name == "Q6_K":  # not on the M = 1 stream path
+        if name == "Q6_K":  # not on the stream path
             continue
         big = name in ("IQ4_XS", "MXFP4")
-        for K in ([2048, 4096, 5120] if big else [1024, 2048, 2560]):
+        for K in ([2048, 4096, 5632] if big else [1024, 2048, 2816]):
             R = 37
             packed = random_blocks(name, (R,), K, rng)
             w = dequantize(packed, QT[name]).reshape(R, K).astype(np.float64)
-            x = bf16_round(rng.standard_normal(K) * np.exp(rng.uniform(-6, 6, size=K // 16)).repeat(16))
-            out = np.full(R, np.nan, np.float32)
-            rc = lib.fast_matmul_stream(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
-                                        ctypes.c_longlong(packed.shape[1]), K,
-                                        np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
-                                        out.ctypes.data_as(ctypes.c_void_p))
-            ref = w @ x.astype(np.float64)
-            err = np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30) if rc == 0 else float("nan")
-            ok = rc == 0 and np.isfinite(out).all() and err < 5e-5
-            bad += not ok
-            print(f"{name:7s} K={K:5d} M=1 stream rc={rc} rel={err:.2e} {'ok' if ok else 'FAIL'}")
+            for M in (1, 2, 3, 4, 5, 8):
+                x = rng.standard_normal((M, K)) * np.exp(rng.uniform(-6, 6, size=(M, K // 16)).repeat(16, axis=1))
+                x = bf16_round(x)
+                out = np.full((M, R), np.nan, np.float32)
+                rc = lib.fast_matmul_stream(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
+                                            ctypes.c_longlong(packed.shape[1]), K,
+                                            np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
+                                            M, out.ctypes.data_as(ctypes.c_void_p))
+                ref = x.astype(np.float64) @ w.T
+                err = np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30) if rc == 0 else float("nan")
+                ok = rc == 0 and np.isfinite(out).all() and err < 5e-5
+                bad += not ok
+                print(f"{name:7s} K={K:5d} M={M} stream rc={rc} rel={err:.2e} {'ok' if ok else 'FAIL'}")
     print("host check:", "FAILED" if bad else "all ok")
     return 1 if bad else 0
 
