@@ -637,12 +637,11 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
   return std::min({sm_regs / (regs * 32 * WPC), (int)(sm_smem / (smem + reserved)), sm_threads / (32 * WPC)});
 }
 
-// gemv_stream_kernel's launch for `units` row pairs and `fixed` bytes of records: WPC warps per CTA,
-// S stages, one wave of CTAs. A warp's units run one after another, so the time goes with the rounds
-// of units the busiest warp reads: take the WPC with the fewest rounds (the records of a long K limit
-// the CTAs per SM, so more warps per CTA can mean more warps per SM), 4 on a tie, and spread the
-// units evenly over just enough CTAs. Measured on the H200 (NOTES.md v6): 4 warps and 2 stages beat
-// 8 / 16 warps and 3 / 4 stages by 3-10% at equal rounds, and 64-128 registers all ran the same.
+// gemv_stream_kernel's launch for `units` units and `fixed` bytes of records: WPC warps per CTA, S = 2
+// stages, one wave of CTAs, the units spread evenly over just enough CTAs. WPC: the largest of 16, 8,
+// 4 whose shared memory fits, since every CTA builds its own records (NOTES.md v7, a sweep of 4 / 8 /
+// 16 warps x 2 / 3 stages: 16 warps in one CTA per SM beat 4 warps in five CTAs by 1-10% at M = 1
+// and 10-15% at M = 2, 4, though that means more rounds of units per warp; 3 stages no better).
 // Few units: fewer warps per CTA, one unit each, over more SMs. {0, ...}: the records do not fit, or
 // this kernel would lose to the tile kernel (v7 measurements): when fewer than half the warps that
 // fit have a unit and a unit is more than 16 stages (a warp's stages run one after another: 14336 ->
@@ -658,17 +657,15 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * S * 2 * 8 * L::CB; };
   StreamChoice best{0, 0, 0, 0};
   int best_rounds = 0, best_cap = 0;
-  for (int WPC : {4, 8, 16}) {
+  for (int WPC : {16, 8, 4}) {
     if (knob_w() && WPC != knob_w()) continue;
     const size_t smem = smem_for(WPC);
     const int n = smem > 200 * 1024 ? 0 : stream_ctas_per_sm<T, XT, MOE, MT>(WPC, smem);
     if (n <= 0) continue;
-    const int rounds = (units + n * sms * WPC - 1) / (n * sms * WPC);
-    if (!best.WPC || rounds < best_rounds) {
-      best_rounds = rounds;
-      best_cap = n * sms * WPC;
-      best = {WPC, S, (units + rounds * WPC - 1) / (rounds * WPC), smem};
-    }
+    best_rounds = (units + n * sms * WPC - 1) / (n * sms * WPC);
+    best_cap = n * sms * WPC;
+    best = {WPC, S, (units + best_rounds * WPC - 1) / (best_rounds * WPC), smem};
+    break;
   }
   if (best.WPC && best_rounds == 1 && units < best.WPC * sms) {  // few units: one per warp on more SMs
     const int WPC = std::max(1, (units + sms - 1) / sms);
