@@ -298,9 +298,9 @@ def test_cuda_decoders_match_gguf_py_bit_for_bit(host_decoders, name):
 
 
 def test_fast_path_data_layout_on_the_host():
-    """The fast small-M path's prep records, chunk decoders and epilogue, and the M = 1 diagonal
-    mapping, run on the host with a software model of the mma fragments against gguf-py's
-    dequantizer (kernels-src/gguf_kernels/tests/fast_host_check.py)."""
+    """The fast small-M path's prep records, chunk decoders and epilogue, and the stream kernel's
+    mapping for M = 1..8, run on the host with a software model of the mma fragments against
+    gguf-py's dequantizer (kernels-src/gguf_kernels/tests/fast_host_check.py)."""
     import importlib.util
     import shutil
 
