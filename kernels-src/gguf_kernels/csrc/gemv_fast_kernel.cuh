@@ -246,6 +246,13 @@ __global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
 }
 
 // ---- M <= 8: persistent stream with in-CTA activation records (NOTES.md v6, v7) -----------------
+// Shared-memory bytes between two x rows' records: MT = 8 reads 8 rows' B records at once, so they are
+// staggered by 64 bytes (a whole number of 128-byte lines apart, lanes g = 0, 1 would share banks).
+template <int T, int MT>
+GQ_HD size_t stream_rec_stride(int K) {
+  return StreamRecs<T>::bytes(K) + (MT == 8 ? 64 : 0);
+}
+
 // M = 1 (MT = 1): a warp streams two adjacent rows r0, r1, a stage at a time: 8 consecutive chunks of
 // K of both (two contiguous runs of memory). mma.m16n8k16's A row g is chunk g of r0 and A row g + 8
 // chunk g of r1 (lane (g, c) decodes them exactly as gemv_fast_kernel decodes its rows g, g + 8), and
@@ -262,13 +269,6 @@ __global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
 // all of them, the 16-row tile of gemv_fast_kernel with its records in the CTA).
 // MOE (MT = 1): the units are (pair, row pair) over a.P (token, slot) pairs, each row pair read from its
 // pair's expert and multiplied by its pair's x row (records for all a.nx x rows sit in shared memory).
-// Shared-memory bytes between two x rows' records: MT = 8 reads 8 rows' B records at once, so they are
-// staggered by 64 bytes (a whole number of 128-byte lines apart, lanes g = 0, 1 would share banks).
-template <int T, int MT>
-GQ_HD size_t stream_rec_stride(int K) {
-  return StreamRecs<T>::bytes(K) + (MT == 8 ? 64 : 0);
-}
-
 template <int T, typename XT, bool MOE, int MT>
 __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
@@ -308,7 +308,7 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
   if (threadIdx.x < nx * nG) load_x(threadIdx.x, v0);
   if constexpr (MOE) {  // unroutable ids read expert 0 and write zeros
     for (int q = threadIdx.x; q < a.P; q += blockDim.x) {
-      const int64_t e = a.ids64 ? reinterpret_cast<const int64_t*>(a.ids)[q] : reinterpret_cast<const int*>(a.ids)[q];
+      const int64_t e = load_id(a.ids, a.ids64, q);
       sid[q] = e >= 0 && e < a.n_experts ? (int)e : -1;
     }
     __syncthreads();
@@ -341,7 +341,7 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
       const uint8_t* s0 = iw + c0 * L::CB;
       uint8_t* d = buf + st * STAGE;
       constexpr int NPF = CPS * L::CB / 16;  // pieces per row of a full stage: a fixed trip count
-      if constexpr (MT == 1) {
+      if constexpr (MT == 1) {  // the measured M = 1 form (NOTES.md v7): two cp.async per piece, no row index
         const uint8_t* s1 = s0 + (ilast > 0 ? a.row_bytes : 0);
 #pragma unroll
         for (int k = 0; k < (NPF + 31) / 32; ++k) {
@@ -792,7 +792,7 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, cudaStream_t stream)
         ga.row_bytes != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES)
       return cudaErrorNotSupported;
     const int nx = (P + ga.x_div - 1) / ga.x_div;
-    const size_t recs = (size_t)nx * StreamRecs<T>::bytes(K);
+    const size_t recs = (size_t)nx * stream_rec_stride<T, 1>(K);
     if (recs > kMoeRecBytes) return cudaErrorNotSupported;
     FastArgs a = {};
     a.w = ga.w; a.row_bytes = ga.row_bytes; a.N = N; a.K = K; a.M = 1; a.x = ga.x;

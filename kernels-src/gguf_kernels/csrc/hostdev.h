@@ -34,4 +34,9 @@ template <typename X> struct Tag { using type = X; };
 GQ_HD float as_float(uint32_t u) { return GQ_DEV_HOST(__uint_as_float(u), host_bit_cast<float>(u)); }
 GQ_HD uint32_t as_uint(float f) { return GQ_DEV_HOST(__float_as_uint(f), host_bit_cast<uint32_t>(f)); }
 
+// Entry i of an id table of int32 or int64 (MoE expert ids, get_rows ids).
+GQ_HD int64_t load_id(const void* ids, int ids64, int64_t i) {
+  return ids64 ? reinterpret_cast<const int64_t*>(ids)[i] : (int64_t)reinterpret_cast<const int32_t*>(ids)[i];
+}
+
 }  // namespace gq

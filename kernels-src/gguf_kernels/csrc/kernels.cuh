@@ -73,10 +73,6 @@ template <> struct XIO<float> {
   static __device__ __forceinline__ float cvt(float f) { return f; }
 };
 
-__device__ __forceinline__ int64_t load_id(const void* ids, int ids64, int64_t i) {
-  return ids64 ? reinterpret_cast<const int64_t*>(ids)[i] : (int64_t)reinterpret_cast<const int32_t*>(ids)[i];
-}
-
 // ---- dequantize / get_rows -------------------------------------------------------------------
 // One thread per (row, 64-element unit, part): 16 elements, written as four 4-element vectors.
 
