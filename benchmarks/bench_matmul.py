@@ -28,7 +28,7 @@ from random_blocks import SCALE_FIELDS  # noqa: E402
 
 DEV = torch.device("cuda")
 DENSE_SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096), (4096, 1024), (4096, 128256)]
-MS = [1, 2, 4, 8, 16, 64, 512, 2048]
+MS = [1, 2, 4, 8, 16, 32, 64, 512, 2048]  # ANCHORS.md's M, and 32 (the tile kernel's upper end)
 TYPES = ["Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q8_0", "MXFP4", "IQ4_XS"]
 # (name, K, N, experts, top_k)
 MOE_SHAPES = [("qwen3-30b-a3b gate", 2048, 768, 128, 8), ("gpt-oss-20b gate", 2880, 2880, 32, 4)]
@@ -188,7 +188,7 @@ def make_plan(types: list[str], ms: list[int], quick: bool, moe: bool,
                     plan.append(("dense", name, K, N, [1, 8], None))
                 continue
             if (K, N) == (4096, 14336):
-                sel = ms if name in ("Q4_0", "Q4_K", "Q8_0", "BF16") else [m for m in ms if m in (1, 8, 16, 512)]
+                sel = ms if name in ("Q4_0", "Q4_K", "Q8_0", "BF16") else [m for m in ms if m in (1, 8, 16, 32, 512)]
             elif N == 128256:
                 if name not in ("Q4_K", "Q6_K", "Q8_0", "BF16"):
                     continue
@@ -237,6 +237,7 @@ def main(argv=None) -> int:
     p.add_argument("--types", default=",".join(TYPES))
     p.add_argument("--ms", default=",".join(map(str, MS)))
     p.add_argument("--no-moe", action="store_true")
+    p.add_argument("--moe-only", action="store_true")
     p.add_argument("--shapes", default=None, help="dense shapes only, e.g. 4096x14336,14336x4096 (all of --ms each)")
     p.add_argument("--rotate-gb", type=float, default=None, help="GB of weight copies to rotate over (default 2.2)")
     p.add_argument("--bf16", action="store_true", help="also time bf16 weights through cuBLAS")
@@ -261,6 +262,8 @@ def main(argv=None) -> int:
         ROTATE_BYTES = args.rotate_gb * 1e9
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else None
     plan = make_plan(types + (["BF16"] if args.bf16 else []), ms, args.quick, not args.no_moe and not shapes, shapes)
+    if args.moe_only:
+        plan = [entry for entry in plan if entry[0] == "moe"]
     if args.emit_cases:
         with open(args.emit_cases, "w") as f:
             for kind, name, K, N, sel, extra in plan:

@@ -10,7 +10,7 @@ for name in TYPES:
     for K in sorted({k_for(name), k_for(name, odd=True), 2560}):  # 2560: rows the fast path (M = 1: diagonal) takes
         w = random_packed(name, (37,), K, rng)
         k.dequantize(w, q, torch.bfloat16); k.get_rows(w, torch.tensor([[0, 36], [5, 7]], device=dev), q, torch.float32)
-        for M in (1, 3, 20):
+        for M in (1, 3, 20, 70):
             k.matmul(torch.randn(M, K, device=dev, dtype=torch.float16), w, q)
         e = random_packed(name, (5, 37), K, rng)
         for T in (2, 11):
@@ -18,5 +18,8 @@ for name in TYPES:
             ids[0, 1] = -1 if T == 2 else 5  # unroutable: zero rows
             k.moe_matmul(torch.randn(T, K, device=dev, dtype=torch.bfloat16), e, ids, q)
             k.moe_matmul(torch.randn(T, 2, K, device=dev, dtype=torch.float32), e, ids, q)
+        k.matmul(torch.randn(20, 8192, device=dev, dtype=torch.bfloat16), random_packed(name, (37,), 8192, rng), q)  # split K
+        e = random_packed(name, (40, 37), K, rng)  # 2 pairs on 40 experts, one unroutable
+        k.moe_matmul(torch.randn(1, K, device=dev, dtype=torch.bfloat16), e, torch.tensor([[3, -1]], device=dev), q)
     torch.cuda.synchronize()
 print("sanity done")

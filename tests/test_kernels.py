@@ -122,6 +122,20 @@ def test_matmul(name, dtype, M, rng):
         assert err <= TOL[dtype], f"{name} {dtype} M={M} K={K}: rel err {err:.2e}"
 
 
+@pytest.mark.parametrize("M", [17, 24, 32])
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q6_K", "MXFP4", "Q8_0"])
+def test_matmul_split_k(name, M, rng):
+    """Few rows, long rows: the tile kernel splits K over 8 CTAs (fp32 partial sums, then a reduce);
+    35 chunks of 256 leave the last split empty, and for the 32-element types the last chunk is
+    a half unit (K % 64 == 32)."""
+    K = 8704 if name.endswith("_K") else 8736
+    packed = random_packed(name, (300,), K, rng)
+    x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+    out = KMOD.matmul(x, packed, qid(name))
+    err = rel_err(out, x.double() @ ref_dequant(packed, name).double().T)
+    assert err <= TOL[torch.bfloat16], f"{name} M={M}: rel err {err:.2e}"
+
+
 def test_matmul_batched_leading_dims(rng):
     packed = random_packed("Q4_K", (64,), 512, rng)
     x = torch.randn(2, 3, 512, device=DEV, dtype=torch.bfloat16)
@@ -193,6 +207,29 @@ def test_moe_matmul_fast_pairs(name, dtype, x3d, rng):
     assert torch.all(out[bad] == 0)
     err = rel_err(out[~bad], ref[~bad])
     assert err <= TOL[dtype], f"rel err {err:.2e}"
+
+
+@pytest.mark.parametrize("E, T", [(64, 1), (64, 40), (64, 400), (8, 120), (4, 150)])
+@pytest.mark.parametrize("name, K", [("Q4_0", 2880), ("Q8_0", 2880), ("MXFP4", 2880), ("Q6_K", 768), ("Q4_K", 768)])
+def test_moe_matmul_tile(name, K, E, T, rng):
+    """Rows not a multiple of 16 bytes (K = 2880), odd N, unroutable ids (-1, E) giving zero rows:
+    few pairs (T = 1, the pairs kernels), then more than 64 pairs on the tile kernel in tiles of the
+    mean pairs per expert: 8 (64 experts, T = 40), 16 (T = 400), 32 (8 experts, T = 120) and 64
+    tokens (4 experts, T = 150; K = 2880 split over two CTAs)."""
+    N, top_k = 200, 2
+    packed = random_packed(name, (E, N), K, rng)
+    w = ref_dequant(packed, name).double()
+    ids = torch.from_numpy(np.argsort(rng.random((T, E)), axis=1)[:, :top_k].copy()).to(DEV)
+    ids[0, 1] = -1
+    if T > 1:
+        ids[T // 2, 0] = E
+    bad = (ids < 0) | (ids >= E)
+    x = torch.randn(T, K, device=DEV, dtype=torch.bfloat16)
+    out = KMOD.moe_matmul(x, packed, ids, qid(name))
+    ref = moe_ref(x, w, ids.clamp(0, E - 1))
+    assert torch.all(out[bad] == 0)
+    err = rel_err(out[~bad], ref[~bad])
+    assert err <= TOL[torch.bfloat16], f"rel err {err:.2e}"
 
 
 def test_moe_matmul_skewed_routing(rng):

@@ -344,6 +344,40 @@ __device__ __forceinline__ void affine_pairs(const Codes& r, uint32_t (&s2)[4], 
   }
 }
 
+// The A fragments of one 64-element unit (unit uu of the 256-element chunks at pg and pg8, rows g
+// and g + 8 of a 16-row tile): a[q] = {a0, a1, a2, a3} of m16n8k16 tile q, whose k slots 2c, 2c + 1
+// hold elements 16q + 4c + {0, 1} and slots 2c + 8, 2c + 9 elements 16q + 4c + {2, 3}. B must follow
+// the same order: x elements 16q + 4c .. 16q + 4c + 3 of its token, one 8-byte word. When !full
+// (K % 64 == 32), tiles q >= 2 are zero.
+template <int T, typename XT>
+__device__ __forceinline__ void unit_frags(const uint8_t* pg, const uint8_t* pg8, int uu, int c, bool full,
+                                           uint32_t (&a)[4][4]) {
+  if constexpr (PairConv<XT, CodeBits<T>::BITS>::OK) {  // codes straight to bf16/fp16 pairs
+    Codes cg, cg8;
+    decode_codes<T>(pg, uu, c, full, cg);
+    decode_codes<T>(pg8, uu, c, full, cg8);
+    uint32_t sg[4], og[4], sg8[4], og8[4];
+    affine_pairs<T, XT>(cg, sg, og);
+    affine_pairs<T, XT>(cg8, sg8, og8);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      PairConv<XT, CodeBits<T>::BITS>::run(cg.c[q], sg[q], og[q], a[q][0], a[q][2]);
+      PairConv<XT, CodeBits<T>::BITS>::run(cg8.c[q], sg8[q], og8[q], a[q][1], a[q][3]);
+    }
+  } else {  // 8-bit codes under bf16: through fp32
+    float vg[16], vg8[16];
+    decode<T>(pg, uu, c, full, vg);
+    decode<T>(pg8, uu, c, full, vg8);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      a[q][0] = pack2<XT>(vg[4 * q], vg[4 * q + 1]);
+      a[q][1] = pack2<XT>(vg8[4 * q], vg8[4 * q + 1]);
+      a[q][2] = pack2<XT>(vg[4 * q + 2], vg[4 * q + 3]);
+      a[q][3] = pack2<XT>(vg8[4 * q + 2], vg8[4 * q + 3]);
+    }
+  }
+}
+
 template <int T>
 struct MmaGeom {
   static constexpr int CE = 256;                                       // elements per chunk (4 units)
@@ -490,41 +524,14 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs a) {
             if (xok[t] && (q < 2 || full))
               xv[t][q] = __ldg(reinterpret_cast<const uint2*>(xp[t] + U * 64 + 16 * q));
           }
-        if constexpr (PairConv<XT, CodeBits<T>::BITS>::OK) {
-          // codes straight to bf16/fp16 pairs
-          Codes cg, cg8;
-          decode_codes<T>(pg, uu, c, full, cg);
-          decode_codes<T>(pg8, uu, c, full, cg8);
-          uint32_t sg[4], og[4], sg8[4], og8[4];
-          affine_pairs<T, XT>(cg, sg, og);
-          affine_pairs<T, XT>(cg8, sg8, og8);
+        uint32_t af[4][4];
+        unit_frags<T, XT>(pg, pg8, uu, c, full, af);
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            if (q < 2 || full) {
-              uint32_t a0, a1, a2, a3;
-              PairConv<XT, CodeBits<T>::BITS>::run(cg.c[q], sg[q], og[q], a0, a2);
-              PairConv<XT, CodeBits<T>::BITS>::run(cg8.c[q], sg8[q], og8[q], a1, a3);
+        for (int q = 0; q < 4; ++q)
+          if (q < 2 || full)
 #pragma unroll
-              for (int t = 0; t < NT; ++t) mma_m16n8k16<XT>(acc[t][q], a0, a1, a2, a3, xv[t][q].x, xv[t][q].y);
-            }
-          }
-        } else {
-          // 8-bit codes under bf16: through fp32
-          float vg[16], vg8[16];
-          decode<T>(pg, uu, c, full, vg);
-          decode<T>(pg8, uu, c, full, vg8);
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            if (q < 2 || full) {
-              const uint32_t a0 = pack2<XT>(vg[4 * q], vg[4 * q + 1]);
-              const uint32_t a1 = pack2<XT>(vg8[4 * q], vg8[4 * q + 1]);
-              const uint32_t a2 = pack2<XT>(vg[4 * q + 2], vg[4 * q + 3]);
-              const uint32_t a3 = pack2<XT>(vg8[4 * q + 2], vg8[4 * q + 3]);
-#pragma unroll
-              for (int t = 0; t < NT; ++t) mma_m16n8k16<XT>(acc[t][q], a0, a1, a2, a3, xv[t][q].x, xv[t][q].y);
-            }
-          }
-        }
+            for (int t = 0; t < NT; ++t)
+              mma_m16n8k16<XT>(acc[t][q], af[q][0], af[q][1], af[q][2], af[q][3], xv[t][q].x, xv[t][q].y);
       }
     }
     __syncwarp();

@@ -40,6 +40,7 @@ struct GemvArgs {
   int x_div;              // MoE: x row = pair / x_div (top_k for [T, K] inputs, 1 for [T, k, K])
   void* out;              // output row r at out + r * out_stride elements
   int64_t out_stride;
+  int64_t out_rows;       // rows of out (dense: M; MoE: pairs), for split-K workspaces
   int M;                  // dense: rows of x
   const void* ids;        // MoE pairs mode: [P] expert ids (int32 or int64)
   int ids64;
@@ -62,6 +63,24 @@ cudaError_t launch_gemv(const GemvArgs& a, DType xt, int mt, int64_t grid_x, cud
 constexpr int MMA_MT = 16;
 template <int T>
 cudaError_t launch_gemv_mma(const GemvArgs& a, DType xt, int mt, int64_t grid_x, cudaStream_t stream);
+
+// Tile matmul on tensor cores (tile_kernel.cuh), bf16/fp16 x: tt (8, 16, 32 or 64) tokens per
+// grid.y entry and 128 weight rows per CTA, each weight decoded once per tile. Dense: tiles =
+// ceil(M / tt); chunks: moe_route's table made with mt = tt.
+// splits > 1 divides K among that many CTAs, which need ws: splits * a.out_rows * N floats.
+// cudaErrorNotSupported when it does not take the case (fp32 x, tt, more than 65535 tiles).
+template <int T>
+cudaError_t launch_tile(const GemvArgs& a, DType xt, int tt, int64_t tiles, int splits, float* ws,
+                        cudaStream_t stream);
+// K splits for a tile launch: enough CTAs for about 1.5 waves of one CTA per SM, each split at
+// least 4 chunks of 256 elements, at most 8 splits.
+inline int tile_splits(int N, int K, int64_t tiles) {
+  const int64_t ctas = (int64_t)((N + 127) / 128) * tiles;
+  const int chunks = (K + 255) / 256;
+  int s = 1;
+  while (s < 8 && ctas * s * 2 < 3 * (int64_t)num_sms() && chunks >= 8 * s) s *= 2;
+  return s;
+}
 
 // Fast small-M matmul (gemv_fast.cuh): M <= 8, bf16/fp16 x, rows a multiple of 16 bytes, types
 // Q4_0, Q8_0, Q4_K, Q5_K, IQ4_XS, MXFP4 (Q6_K only with GGUF_KERNELS_FAST_Q6K=1). gemv_fast_scratch() gives the bytes of device scratch

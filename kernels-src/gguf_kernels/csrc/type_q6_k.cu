@@ -1,6 +1,7 @@
-// Q6_K: dequantize + small-M matmul instantiations (decoder in ggml_blocks.cuh).
-#include "kernels.cuh"
+// Q6_K: dequantize + small-M and tile matmul instantiations (decoder in ggml_blocks.cuh).
+#include "tile_kernel.cuh"
 
 namespace gq {
 GQ_INSTANTIATE(Q6_K)
+GQ_INSTANTIATE_TILE(Q6_K)
 }  // namespace gq

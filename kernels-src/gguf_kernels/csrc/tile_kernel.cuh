@@ -1,0 +1,233 @@
+// Tile matmul on tensor cores: dense M > 8 and MoE (token, slot) pairs, one weight decode per tile
+// of tokens. Each type_*.cu instantiates it for one ggml type.
+//
+// A CTA of 8 warps owns 128 weight rows and a tile of up to 8NT tokens: dense, rows m0 .. of x;
+// MoE, one entry of moe_route's chunk table (pairs of one expert).
+// Per stage of 256 elements the CTA copies its rows' bytes (16-byte pieces over the chunk rounded
+// out to 16-byte boundaries, so every block keeps its file alignment modulo 16) and the tile's
+// activations into shared memory with cp.async, S stages deep. Every warp decodes its 16 rows
+// once per unit (unit_frags, the fragments gemv_mma_kernel uses) and multiplies them with each
+// group of 8 tokens that holds a token, reading x from shared memory. So a weight is decoded once
+// per 8NT tokens and an activation read from memory once per 16W rows (gemv_mma_kernel: once per
+// 16 rows, which made x, not the weights, most of its traffic). Where the rows and tiles give too
+// few CTAs to fill the GPU, grid.z splits K: each split writes fp32 partial sums to a workspace and
+// split_reduce_kernel adds them into the output.
+#pragma once
+#include "kernels.cuh"
+
+namespace gq {
+
+constexpr int TILE_WARPS = 8;  // 128 weight rows per CTA
+
+template <int T, int NT>
+struct TileGeom {
+  static constexpr int CE = MmaGeom<T>::CE, CB = MmaGeom<T>::CB;
+  static constexpr int ROWBUF = MmaGeom<T>::ROWBUF, PMAX = MmaGeom<T>::PMAX;
+  static constexpr int ROWS = 16 * TILE_WARPS;
+  // Bytes per token per stage. The +32 puts the 8-byte B loads of tokens g = 0..3 (one half-warp)
+  // in different bank quarters.
+  static constexpr int XPITCH = CE * 2 + 32;
+  static constexpr size_t STAGE = (size_t)ROWS * ROWBUF + 8 * NT * XPITCH, IDS = 2 * 8 * NT * sizeof(int);
+  // Three stages where two CTAs still fit on an SM (2 x 114 KB), else two: the first H200 runs had
+  // the tile kernel twice as slow wherever its shared memory allowed one CTA (8 warps) per SM.
+  static constexpr int S = 3 * STAGE + IDS <= 113 * 1024 ? 3 : 2;
+  static constexpr size_t SMEM = S * STAGE + IDS;
+};
+
+template <int T, int NT, typename XT>
+__global__ void __launch_bounds__(32 * TILE_WARPS) tile_kernel(const GemvArgs a, float* __restrict__ ws) {
+  using G = TileGeom<T, NT>;
+  constexpr int TT = 8 * NT, CE = G::CE, S = G::S, CB = G::CB, ROWBUF = G::ROWBUF, PMAX = G::PMAX, XPITCH = G::XPITCH;
+  constexpr int QA = NT >= 4 ? 1 : 4 / NT;  // independent accumulators per token group (mma latency)
+  constexpr bool BLOCK32 = Traits<T>::BLOCK == 32;
+  extern __shared__ __align__(16) uint8_t dsmem[];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nth = blockDim.x;
+  const int g = lane >> 2, c = lane & 3;
+  const int N = a.N, K = a.K;
+  constexpr int rows = G::ROWS;
+  const int n0 = blockIdx.x * rows;
+  const int wstage = rows * ROWBUF;
+  uint8_t* wbuf = dsmem;
+  uint8_t* xbuf = dsmem + S * wstage;
+  int* xrow = reinterpret_cast<int*>(xbuf + S * TT * XPITCH);
+  int* orow = xrow + TT;
+
+  int M;
+  int64_t expert = 0;
+  if (a.mode == GEMV_DENSE) {
+    const int m0 = blockIdx.y * TT;
+    M = min(TT, a.M - m0);
+    if (tid < TT) xrow[tid] = orow[tid] = m0 + tid;
+  } else {  // GEMV_CHUNKS
+    const int4 ch = a.chunks[blockIdx.y];
+    M = ch.z;
+    if (M <= 0) return;  // unused table entry (the whole CTA)
+    expert = ch.x;
+    if (tid < M) {
+      const int p = a.sorted[ch.y + tid];
+      xrow[tid] = p / a.x_div;
+      orow[tid] = p;
+    }
+  }
+  __syncthreads();
+  XT* out = reinterpret_cast<XT*>(a.out);
+  // out[orow[tok], row] = v, or this split's partial sum into the workspace.
+  auto store = [&](int tok, int row, float v) {
+    if (gridDim.z > 1) ws[((int64_t)blockIdx.z * a.out_rows + orow[tok]) * N + row] = v;
+    else out[(int64_t)orow[tok] * a.out_stride + row] = XIO<XT>::cvt(v);
+  };
+  if (a.mode != GEMV_DENSE && (expert < 0 || expert >= a.n_experts)) {  // unroutable pairs: zero rows
+    for (int i = tid; i < M * rows; i += nth) {
+      const int j = i / rows, r = n0 + i % rows;
+      if (r < N) store(j, r, 0.f);
+    }
+    return;
+  }
+
+  const uint8_t* wbase = a.w + expert * a.expert_bytes;
+  const XT* xb = reinterpret_cast<const XT*>(a.x);
+  const int nunits = (K + 63) >> 6;
+  // This split's chunks of K: [c0, c1).
+  const int nchunks = (K + CE - 1) / CE, per = (nchunks + gridDim.z - 1) / gridDim.z;
+  const int c0 = min(nchunks, (int)blockIdx.z * per), c1 = min(nchunks, c0 + per);
+  auto issue = [&](int ch) {  // chunk ch -> stage ch % S
+    if (ch < c1) {
+      uint8_t* ws = wbuf + (ch % S) * wstage;
+      const uint32_t bytes = (uint32_t)min((int64_t)CB, a.row_bytes - (int64_t)ch * CB);
+      for (int idx = tid; idx < rows * PMAX; idx += nth) {
+        const int r = idx / PMAX, pc = idx - r * PMAX;
+        const uintptr_t s =
+            reinterpret_cast<uintptr_t>(wbase + (int64_t)min(n0 + r, N - 1) * a.row_bytes + (int64_t)ch * CB);
+        if (pc < (int)((((uint32_t)s & 15u) + bytes + 15u) >> 4))
+          cp_async16(ws + r * ROWBUF + pc * 16, reinterpret_cast<const void*>((s & ~(uintptr_t)15) + pc * 16));
+      }
+      uint8_t* xs = xbuf + (ch % S) * TT * XPITCH;
+      for (int idx = tid; idx < TT * (CE / 8); idx += nth) {  // 16-byte pieces: 8 elements (K is a multiple of 32)
+        const int j = idx / (CE / 8), pc = idx % (CE / 8), k = ch * CE + 8 * pc;
+        uint8_t* dst = xs + j * XPITCH + pc * 16;
+        if (j < M && k < K) cp_async16(dst, xb + (int64_t)xrow[j] * a.x_stride + k);
+        else *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+    cp_async_commit();
+  };
+
+  // This warp's rows g and g + 8 and their offsets modulo 16 in the file (kept in the stage).
+  const int r0 = 16 * warp + g;
+  const uint32_t mis0 = (uint32_t)reinterpret_cast<uintptr_t>(wbase + (int64_t)min(n0 + r0, N - 1) * a.row_bytes);
+  const uint32_t mis8 = (uint32_t)reinterpret_cast<uintptr_t>(wbase + (int64_t)min(n0 + r0 + 8, N - 1) * a.row_bytes);
+  const int groups = (M + 7) >> 3;  // token groups that hold a token
+
+  float acc[NT][QA][4];
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int q = 0; q < QA; ++q)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[t][q][i] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue(c0 + s);
+
+  for (int ch = c0; ch < c1; ++ch) {
+    cp_async_wait<S - 2>();
+    __syncthreads();  // stage ch is in; every warp is done with stage ch - 1, which the next issue refills
+    issue(ch + S - 1);
+    const uint8_t* ws = wbuf + (ch % S) * wstage;
+    const uint8_t* xs = xbuf + (ch % S) * TT * XPITCH + g * XPITCH + 8 * c;
+    const uint8_t* pg = ws + r0 * ROWBUF + ((mis0 + (uint32_t)(ch * CB)) & 15u);
+    const uint8_t* pg8 = ws + (r0 + 8) * ROWBUF + ((mis8 + (uint32_t)(ch * CB)) & 15u);
+#pragma unroll
+    for (int uu = 0; uu < 4; ++uu) {
+      const int U = ch * 4 + uu;
+      if (U < nunits) {
+        const bool full = !BLOCK32 || U * 64 + 64 <= K;
+        uint32_t af[4][4];
+        unit_frags<T, XT>(pg, pg8, uu, c, full, af);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (q < 2 || full)
+#pragma unroll
+            for (int t = 0; t < NT; ++t)
+              if (t < groups) {
+                const uint2 b = *reinterpret_cast<const uint2*>(xs + t * 8 * XPITCH + (uu * 64 + 16 * q) * 2);
+                mma_m16n8k16<XT>(acc[t][q % QA], af[q][0], af[q][1], af[q][2], af[q][3], b.x, b.y);
+              }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // D fragment of group t: (row g, token 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1).
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (t >= groups) break;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float v = acc[t][0][i];
+#pragma unroll
+      for (int q = 1; q < QA; ++q) v += acc[t][q][i];
+      const int tok = 8 * t + 2 * c + (i & 1), row = n0 + r0 + 8 * (i >> 1);
+      if (tok < M && row < N) store(tok, row, v);
+    }
+  }
+}
+
+// out[r, n] = sum over the splits of ws[s, r, n] (out rows out_stride apart).
+template <typename XT>
+__global__ void __launch_bounds__(256) split_reduce_kernel(const float* __restrict__ ws, int splits, int64_t rows, int N,
+                                                           XT* __restrict__ out, int64_t out_stride) {
+  const int64_t total = rows * N;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    float v = 0.f;
+    for (int s = 0; s < splits; ++s) v += ws[s * total + i];
+    out[(i / N) * out_stride + i % N] = XIO<XT>::cvt(v);
+  }
+}
+
+template <int T, int NT, typename XT>
+cudaError_t launch_tile_impl(const GemvArgs& a, int64_t tiles, int splits, float* ws, cudaStream_t stream) {
+  constexpr size_t smem = TileGeom<T, NT>::SMEM;
+  static bool configured = false;
+  if (!configured) {
+    cudaError_t e = cudaFuncSetAttribute(tile_kernel<T, NT, XT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(tile_kernel<T, NT, XT>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  const dim3 grid((unsigned)((a.N + TileGeom<T, NT>::ROWS - 1) / TileGeom<T, NT>::ROWS), (unsigned)tiles, (unsigned)splits);
+  tile_kernel<T, NT, XT><<<grid, dim3(32 * TILE_WARPS), smem, stream>>>(a, ws);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess || splits == 1) return e;
+  const int64_t total = a.out_rows * a.N;
+  const unsigned blocks = (unsigned)std::min<int64_t>((total + 255) / 256, 8 * num_sms());
+  split_reduce_kernel<XT><<<blocks, 256, 0, stream>>>(ws, splits, a.out_rows, a.N, reinterpret_cast<XT*>(a.out), a.out_stride);
+  return cudaGetLastError();
+}
+
+template <int T>
+cudaError_t launch_tile(const GemvArgs& a, DType xt, int tt, int64_t tiles, int splits, float* ws, cudaStream_t stream) {
+  if (tiles <= 0 || a.N <= 0) return cudaSuccess;
+  const int NT = tt / 8;
+  if (tiles > 65535 || splits < 1 || (splits > 1 && !ws) || (NT != 1 && NT != 2 && NT != 4 && NT != 8))
+    return cudaErrorNotSupported;
+  return with_xt(xt, [&](auto tag) {
+    using XT = typename decltype(tag)::type;
+    if constexpr (std::is_same<XT, float>::value) return cudaErrorNotSupported;  // bf16 / fp16 only
+    else {
+      switch (NT) {
+        case 1: return launch_tile_impl<T, 1, XT>(a, tiles, splits, ws, stream);
+        case 2: return launch_tile_impl<T, 2, XT>(a, tiles, splits, ws, stream);
+        case 4: return launch_tile_impl<T, 4, XT>(a, tiles, splits, ws, stream);
+        default: return launch_tile_impl<T, 8, XT>(a, tiles, splits, ws, stream);
+      }
+    }
+  });
+}
+
+#define GQ_INSTANTIATE_TILE(T) \
+  template cudaError_t launch_tile<T>(const GemvArgs&, DType, int, int64_t, int, float*, cudaStream_t);
+
+}  // namespace gq
