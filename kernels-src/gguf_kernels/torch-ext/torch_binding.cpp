@@ -127,22 +127,24 @@ int moe_pairs_max() {
   static const int v = env_int("GGUF_KERNELS_MOE_PAIRS_MAX", 64);
   return v;
 }
-// Dense M served by the tile kernel (GGUF_KERNELS_TILE_MAX_M=0 turns it off for MoE too). Same-run
-// A/B on the H200 against the tensor-core small-M kernel: faster from M = 17 for every type, and
-// from M = 9 for Q4_K and Q5_K (1.05-1.36x at M = 12-16; 0.6-0.9x for MXFP4, IQ4_XS, Q8_0 on
-// 4096 -> 14336); against dequantize + cuBLAS: faster up to M = 32, mixed at M = 64.
+// Dense M served by the tile kernel, from same-run A/Bs on the H200 (NOTES.md v8). Against the
+// tensor-core small-M kernel: faster from M = 17 for every type, and from M = 9 for Q4_K and Q5_K
+// (1.05-1.36x at M = 12-16; 0.6-0.9x for MXFP4, IQ4_XS and Q8_0 on 4096 -> 14336). Against
+// dequantize + cuBLAS: faster up to M = 32; at M = 64 only Q4_K gained everywhere (as two tiles of 32).
+// GGUF_KERNELS_TILE_MAX_M=0 turns the tile kernel off, for MoE too.
 int tile_min_m(int64_t qtype) {
   static const int v = env_int("GGUF_KERNELS_TILE_MIN_M", 0);
   if (v > 0) return v;
   return qtype == gq::Q4_K || qtype == gq::Q5_K ? 9 : 17;
 }
-int tile_max_m() {
-  static const int v = env_int("GGUF_KERNELS_TILE_MAX_M", 32);
-  return v;
+int tile_max_m(int64_t qtype) {
+  static const int v = env_int("GGUF_KERNELS_TILE_MAX_M", -1);
+  if (v >= 0) return v;
+  return qtype == gq::Q4_K ? 64 : 32;
 }
-// Tokens per tile: the smallest of 8, 16, 32, 64 that holds n, at most GGUF_KERNELS_TILE_TT.
-int tile_tokens(int64_t n) {
-  static const int cap = std::max(8, std::min(64, env_int("GGUF_KERNELS_TILE_TT", 64)));
+// Tokens per tile: the smallest of 8, 16, 32, 64 that holds n, at most `cap`. Dense tiles stop at 32
+// tokens (M = 64 ran faster as two tiles of 32 than as one of 64 for Q4_K and Q6_K).
+int tile_tokens(int64_t n, int cap) {
   int tt = 8;
   while (tt < cap && tt < n) tt *= 2;
   return tt;
@@ -227,8 +229,8 @@ at::Tensor matmul(const at::Tensor& x, const at::Tensor& packed, int64_t qtype) 
   const DType xt = dtype_code(x.scalar_type());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
 
-  if (use_mma(xt) && M > fast_max_m() && M >= tile_min_m(qtype) && M <= tile_max_m()) {  // one decode per tile
-    const int tt = tile_tokens(M);
+  if (use_mma(xt) && M > fast_max_m() && M >= tile_min_m(qtype) && M <= tile_max_m(qtype)) {  // one decode per tile
+    const int tt = tile_tokens(M, 32);
     at::Tensor out = at::empty({M, N}, x.options());
     gq::GemvArgs a{};
     a.w = p.data_ptr<uint8_t>(); a.row_bytes = rb; a.N = (int)N; a.K = (int)K;
@@ -324,8 +326,8 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
   // Pairs grouped by expert. On the tile kernel, tiles of the mean pairs per hit expert (same-run A/B
   // on the H200: Qwen3-30B-A3B at T = 512, mean 32, took 150 us in tiles of 32 and 167 in tiles of
   // 64; gpt-oss-20b, mean 64: 386 us in tiles of 64 and 484 in tiles of 32).
-  const bool tile = mma && tile_max_m() > 0;
-  const int mt = tile ? tile_tokens((P + std::min(E, P) - 1) / std::min(E, P)) : mma ? gq::MMA_MT : gq::GEMV_MT;
+  const bool tile = mma && tile_max_m(qtype) > 0;
+  const int mt = tile ? tile_tokens((P + std::min(E, P) - 1) / std::min(E, P), 64) : mma ? gq::MMA_MT : gq::GEMV_MT;
   const int64_t max_chunks = (P + mt - 1) / mt + E + 1;
   at::Tensor sorted = at::empty({P}, id.options().dtype(at::kInt));
   at::Tensor chunks = at::empty({max_chunks, 4}, id.options().dtype(at::kInt));
