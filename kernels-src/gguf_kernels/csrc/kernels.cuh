@@ -121,6 +121,16 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+// A row's bytes [src, src + bytes) copied as the 16-byte pieces of the aligned span around them,
+// so that in shared memory each block keeps its file offset modulo 16 (rows need not be a
+// multiple of 16 bytes): rounded_pieces() pieces, piece pc to dst + 16 pc.
+__device__ __forceinline__ int rounded_pieces(uintptr_t src, uint32_t bytes) {
+  return (int)((((uint32_t)src & 15u) + bytes + 15u) >> 4);
+}
+__device__ __forceinline__ void cp_async_piece(uint8_t* dst, uintptr_t src, int pc) {
+  cp_async16(dst + 16 * pc, reinterpret_cast<const void*>((src & ~(uintptr_t)15) + 16 * pc));
+}
+
 template <int T>
 struct GemvGeom {
   static constexpr int WARPS = 8;
@@ -195,10 +205,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(const GemvArgs a) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const uintptr_t s = reinterpret_cast<uintptr_t>(rowp[r] + (int64_t)it * CB);
-        const uintptr_t a0 = s & ~(uintptr_t)15, a1 = (s + bytes + 15) & ~(uintptr_t)15;
-        const int pieces = (int)((a1 - a0) >> 4);
-        for (int pc = lane; pc < pieces; pc += 32)
-          cp_async16(&smem[warp][stage][r][pc * 16], reinterpret_cast<const void*>(a0 + pc * 16));
+        const int pieces = rounded_pieces(s, (uint32_t)bytes);
+        for (int pc = lane; pc < pieces; pc += 32) cp_async_piece(smem[warp][stage][r], s, pc);
       }
     }
     cp_async_commit();
@@ -482,10 +490,7 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs a) {
         const int r = idx / PMAX, pc = idx - r * PMAX;
         if (r < 16) {
           const uintptr_t s = reinterpret_cast<uintptr_t>(wbase + ch * CB) + (uintptr_t)((int64_t)min(n0 + r, N - 1) * (int64_t)rb32);
-          const uint32_t mis = (uint32_t)s & 15u;
-          const int pieces = (int)((mis + bytes + 15u) >> 4);
-          if (pc < pieces)
-            cp_async16(sb + r * ROWBUF + pc * 16, reinterpret_cast<const void*>((s & ~(uintptr_t)15) + pc * 16));
+          if (pc < rounded_pieces(s, bytes)) cp_async_piece(sb + r * ROWBUF, s, pc);
         }
       }
     }

@@ -72,11 +72,13 @@ cudaError_t launch_gemv_mma(const GemvArgs& a, DType xt, int mt, int64_t grid_x,
 template <int T>
 cudaError_t launch_tile(const GemvArgs& a, DType xt, int tt, int64_t tiles, int splits, float* ws,
                         cudaStream_t stream);
+constexpr int TILE_ROWS = 128;   // weight rows per CTA of the tile kernel
+constexpr int TILE_CHUNK = 256;  // elements of K per stage of the tile kernel
 // K splits for a tile launch: enough CTAs for about 1.5 waves of one CTA per SM, each split at
-// least 4 chunks of 256 elements, at most 8 splits.
+// least 4 chunks, at most 8 splits.
 inline int tile_splits(int N, int K, int64_t tiles) {
-  const int64_t ctas = (int64_t)((N + 127) / 128) * tiles;
-  const int chunks = (K + 255) / 256;
+  const int64_t ctas = (int64_t)((N + TILE_ROWS - 1) / TILE_ROWS) * tiles;
+  const int chunks = (K + TILE_CHUNK - 1) / TILE_CHUNK;
   int s = 1;
   while (s < 8 && ctas * s * 2 < 3 * (int64_t)num_sms() && chunks >= 8 * s) s *= 2;
   return s;

@@ -17,17 +17,17 @@
 
 namespace gq {
 
-constexpr int TILE_WARPS = 8;  // 128 weight rows per CTA
+constexpr int TILE_WARPS = TILE_ROWS / 16;  // a warp per 16 rows
 
 template <int T, int NT>
 struct TileGeom {
   static constexpr int CE = MmaGeom<T>::CE, CB = MmaGeom<T>::CB;
   static constexpr int ROWBUF = MmaGeom<T>::ROWBUF, PMAX = MmaGeom<T>::PMAX;
-  static constexpr int ROWS = 16 * TILE_WARPS;
+  static_assert(CE == TILE_CHUNK, "tile_splits counts K in the kernel's stages");
   // Bytes per token per stage. The +32 puts the 8-byte B loads of tokens g = 0..3 (one half-warp)
   // in different bank quarters.
   static constexpr int XPITCH = CE * 2 + 32;
-  static constexpr size_t STAGE = (size_t)ROWS * ROWBUF + 8 * NT * XPITCH, IDS = 2 * 8 * NT * sizeof(int);
+  static constexpr size_t STAGE = (size_t)TILE_ROWS * ROWBUF + 8 * NT * XPITCH, IDS = 2 * 8 * NT * sizeof(int);
   // Three stages where two CTAs still fit on an SM (2 x 114 KB), else two: the first H200 runs had
   // the tile kernel twice as slow wherever its shared memory allowed one CTA (8 warps) per SM.
   static constexpr int S = 3 * STAGE + IDS <= 113 * 1024 ? 3 : 2;
@@ -42,10 +42,12 @@ __global__ void __launch_bounds__(32 * TILE_WARPS) tile_kernel(const GemvArgs a,
   constexpr bool BLOCK32 = Traits<T>::BLOCK == 32;
   extern __shared__ __align__(16) uint8_t dsmem[];
 
+  constexpr int rows = TILE_ROWS;
+  // nth: blockDim.x (= 32 * TILE_WARPS) read at run time, as in the timed build; as a constant it
+  // lets the compiler unroll the copy loops, at 16 more registers (Q4_K, 64-token tile; untimed)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nth = blockDim.x;
   const int g = lane >> 2, c = lane & 3;
   const int N = a.N, K = a.K;
-  constexpr int rows = G::ROWS;
   const int n0 = blockIdx.x * rows;
   const int wstage = rows * ROWBUF;
   uint8_t* wbuf = dsmem;
@@ -99,8 +101,7 @@ __global__ void __launch_bounds__(32 * TILE_WARPS) tile_kernel(const GemvArgs a,
         const int r = idx / PMAX, pc = idx - r * PMAX;
         const uintptr_t s =
             reinterpret_cast<uintptr_t>(wbase + (int64_t)min(n0 + r, N - 1) * a.row_bytes + (int64_t)ch * CB);
-        if (pc < (int)((((uint32_t)s & 15u) + bytes + 15u) >> 4))
-          cp_async16(ws + r * ROWBUF + pc * 16, reinterpret_cast<const void*>((s & ~(uintptr_t)15) + pc * 16));
+        if (pc < rounded_pieces(s, bytes)) cp_async_piece(ws + r * ROWBUF, s, pc);
       }
       uint8_t* xs = xbuf + (ch % S) * TT * XPITCH;
       for (int idx = tid; idx < TT * (CE / 8); idx += nth) {  // 16-byte pieces: 8 elements (K is a multiple of 32)
@@ -197,7 +198,7 @@ cudaError_t launch_tile_impl(const GemvArgs& a, int64_t tiles, int splits, float
     if (e != cudaSuccess) return e;
     configured = true;
   }
-  const dim3 grid((unsigned)((a.N + TileGeom<T, NT>::ROWS - 1) / TileGeom<T, NT>::ROWS), (unsigned)tiles, (unsigned)splits);
+  const dim3 grid((unsigned)((a.N + TILE_ROWS - 1) / TILE_ROWS), (unsigned)tiles, (unsigned)splits);
   tile_kernel<T, NT, XT><<<grid, dim3(32 * TILE_WARPS), smem, stream>>>(a, ws);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || splits == 1) return e;

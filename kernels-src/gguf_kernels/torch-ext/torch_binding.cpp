@@ -214,6 +214,16 @@ at::Tensor get_rows(const at::Tensor& packed, const at::Tensor& ids, int64_t qty
   return out;
 }
 
+// The small-M and tile kernels' arguments for out [M, N] = xc [M, K] x p [N, rb]^T.
+gq::GemvArgs dense_args(const at::Tensor& p, const at::Tensor& xc, const at::Tensor& out) {
+  gq::GemvArgs a{};
+  a.w = p.data_ptr<uint8_t>(); a.row_bytes = p.size(1); a.N = (int)out.size(1); a.K = (int)xc.size(1);
+  a.x = xc.data_ptr(); a.x_stride = xc.size(1); a.x_div = 1;
+  a.out = out.data_ptr(); a.out_stride = out.size(1); a.out_rows = out.size(0); a.M = (int)out.size(0);
+  a.n_experts = 1; a.mode = gq::GEMV_DENSE;
+  return a;
+}
+
 at::Tensor matmul(const at::Tensor& x, const at::Tensor& packed, int64_t qtype) {
   TypeInfo ti;
   at::Tensor p = prep_packed(packed, qtype, ti, 2, 2);
@@ -232,10 +242,7 @@ at::Tensor matmul(const at::Tensor& x, const at::Tensor& packed, int64_t qtype) 
   if (use_mma(xt) && M > fast_max_m() && M >= tile_min_m(qtype) && M <= tile_max_m(qtype)) {  // one decode per tile
     const int tt = tile_tokens(M, 32);
     at::Tensor out = at::empty({M, N}, x.options());
-    gq::GemvArgs a{};
-    a.w = p.data_ptr<uint8_t>(); a.row_bytes = rb; a.N = (int)N; a.K = (int)K;
-    a.x = xc.data_ptr(); a.x_stride = K; a.x_div = 1;
-    a.out = out.data_ptr(); a.out_stride = N; a.out_rows = M; a.M = (int)M; a.n_experts = 1; a.mode = gq::GEMV_DENSE;
+    const gq::GemvArgs a = dense_args(p, xc, out);
     const cudaError_t e = dispatch_tile(qtype, a, xt, tt, (M + tt - 1) / tt, p.options(), stream);
     if (e != cudaErrorNotSupported) {
       check_cuda(e, "matmul (tile)");
@@ -244,10 +251,7 @@ at::Tensor matmul(const at::Tensor& x, const at::Tensor& packed, int64_t qtype) 
   }
   if (M <= gemv_max_m(use_mma(xt))) {
     at::Tensor out = at::empty({M, N}, x.options());
-    gq::GemvArgs a{};
-    a.w = p.data_ptr<uint8_t>(); a.row_bytes = rb; a.expert_bytes = 0; a.N = (int)N; a.K = (int)K;
-    a.x = xc.data_ptr(); a.x_stride = K; a.x_div = 1;
-    a.out = out.data_ptr(); a.out_stride = N; a.M = (int)M; a.n_experts = 1; a.mode = gq::GEMV_DENSE;
+    const gq::GemvArgs a = dense_args(p, xc, out);
     // M <= 8 with rows a multiple of 16 bytes: the fast kernel (prep of x + scale-after-mma), if it takes the type.
     const size_t fast_bytes = use_mma(xt) && M <= fast_max_m() ? gq::gemv_fast_scratch_any((int)qtype, (int)K, (int)M, rb) : 0;
     if (fast_bytes > 0) {
