@@ -7,10 +7,11 @@ from test_kernels import random_packed, TYPES, qid, k_for
 k = kernel_loader.kernel_module(); rng = np.random.default_rng(0); dev = "cuda"
 for name in TYPES:
     q = qid(name)
-    for K in sorted({k_for(name), k_for(name, odd=True), 2560}):  # 2560: rows the fast path (M = 1: diagonal) takes
+    # 2560 and 2048: rows the stream kernel takes (2048 for Q6_K, whose stages start 0-12 bytes past a 16-byte boundary)
+    for K in sorted({k_for(name), k_for(name, odd=True), 2560, 2048}):
         w = random_packed(name, (37,), K, rng)
         k.dequantize(w, q, torch.bfloat16); k.get_rows(w, torch.tensor([[0, 36], [5, 7]], device=dev), q, torch.float32)
-        for M in (1, 3, 20, 70):
+        for M in (1, 3, 8, 20, 70):
             k.matmul(torch.randn(M, K, device=dev, dtype=torch.float16), w, q)
         e = random_packed(name, (5, 37), K, rng)
         for T in (2, 11):

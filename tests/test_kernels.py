@@ -122,6 +122,20 @@ def test_matmul(name, dtype, M, rng):
         assert err <= TOL[dtype], f"{name} {dtype} M={M} K={K}: rel err {err:.2e}"
 
 
+@pytest.mark.parametrize("M", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])
+def test_matmul_stream(name, M, rng):
+    """Rows of whole 16-byte pieces (the M <= 8 stream kernel's case, which test_matmul's K avoid):
+    K = 2048 is 4 chunks of 512 (a short stage at M = 1); Q6_K's stages at M = 3..8 start 4, 8 or 12
+    bytes past a 16-byte boundary; K = 6144 gives 12 chunks (two stages at M = 1, the second short)."""
+    for K in (2048, 6144):
+        packed = random_packed(name, (999,), K, rng)
+        x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+        out = KMOD.matmul(x, packed, qid(name))
+        err = rel_err(out, x.double() @ ref_dequant(packed, name).double().T)
+        assert err <= TOL[torch.bfloat16], f"{name} M={M} K={K}: rel err {err:.2e}"
+
+
 @pytest.mark.parametrize("M", [17, 24, 32])
 @pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q6_K", "MXFP4", "Q8_0"])
 def test_matmul_split_k(name, M, rng):
@@ -202,11 +216,12 @@ def test_moe_matmul(name, dtype, x3d, T, rng):
 
 @pytest.mark.parametrize("x3d", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "IQ4_XS", "MXFP4"])
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])
 def test_moe_matmul_fast_pairs(name, dtype, x3d, rng):
-    """Few pairs with K a multiple of the fast path's chunk (its M = 1 kernel over all pairs): odd N,
-    repeated experts, and unroutable ids (-1, E) whose rows must be zeros."""
-    E, N, K, T, top_k = 6, 75, 1024, 5, 3
+    """Few pairs with K a multiple of the fast path's chunk and rows of whole 16-byte pieces (its M = 1
+    kernel over all pairs): odd N, repeated experts, and unroutable ids (-1, E) whose rows must be zeros."""
+    E, N, T, top_k = 6, 75, 5, 3
+    K = 2048 if name == "Q6_K" else 1024
     packed = random_packed(name, (E, N), K, rng)
     w = ref_dequant(packed, name).double()
     ids = torch.from_numpy(rng.integers(0, E, (T, top_k))).to(DEV)

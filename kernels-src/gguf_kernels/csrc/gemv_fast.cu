@@ -5,6 +5,16 @@ namespace gq {
 
 #define GQ_FAST_TYPES(X) X(Q4_0) X(Q8_0) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ4_XS) X(MXFP4)
 
+cudaError_t launch_gemv_stream_any(int qtype, const GemvArgs& a, DType xt, cudaStream_t stream) {
+  switch (qtype) {
+#define GQ_CASE(T) \
+  case T: return launch_gemv_stream<T>(a, xt, stream);
+    GQ_FAST_TYPES(GQ_CASE)
+#undef GQ_CASE
+  }
+  return cudaErrorNotSupported;
+}
+
 size_t gemv_fast_scratch_any(int qtype, int K, int M, int64_t row_bytes) {
   switch (qtype) {
 #define GQ_CASE(T) \

@@ -252,6 +252,13 @@ template <int T, int MT>
 GQ_HD size_t stream_rec_stride(int K) {
   return StreamRecs<T>::bytes(K) + (MT == 8 ? 64 : 0);
 }
+// Shared-memory bytes of one row's stage (8 / MT chunks). Q6_K (MIS): a stage starts at chunk c0, byte
+// 420 c0 of a row whose start is 16-byte aligned, so it is copied from the 16-byte boundary below
+// (up to 12 bytes early) and the stride keeps every row 16-byte aligned.
+template <int T, int MT>
+GQ_HD constexpr int stream_rs() {
+  return FT<T>::MIS ? ((8 / MT) * FT<T>::CB + 12 + 15) / 16 * 16 : (8 / MT) * FT<T>::CB;
+}
 
 // M = 1 (MT = 1): a warp streams two adjacent rows r0, r1, a stage at a time: 8 consecutive chunks of
 // K of both (two contiguous runs of memory). mma.m16n8k16's A row g is chunk g of r0 and A row g + 8
@@ -269,19 +276,38 @@ GQ_HD size_t stream_rec_stride(int K) {
 // all of them, the 16-row tile of gemv_fast_kernel with its records in the CTA).
 // MOE (MT = 1): the units are (pair, row pair) over a.P (token, slot) pairs, each row pair read from its
 // pair's expert and multiplied by its pair's x row (records for all a.nx x rows sit in shared memory).
+// The kept lanes' epilogue of a run of DEF groups (gemv_stream_kernel, MT < 8): e = the kept D values,
+// f = the groups' scales (rows rho, rho + MT), h = their mins; sp = the run's first {sigma, -beta[, S]}.
+template <int DEF, bool HAS_MIN>
+__device__ __forceinline__ void kept_epilogue(const float (&e0)[DEF], const float (&e1)[DEF], const float (&f0)[DEF],
+                                              const float (&f1)[DEF], const float (&h0)[DEF], const float (&h1)[DEF],
+                                              const uint8_t* sp, int GR, float (&acc)[2]) {
+#pragma unroll
+  for (int j = 0; j < DEF; ++j) {
+    const float2 sb = *reinterpret_cast<const float2*>(sp + j * GR);
+    acc[0] = fmaf(f0[j], fmaf(sb.x, e0[j], sb.y), acc[0]);
+    acc[1] = fmaf(f1[j], fmaf(sb.x, e1[j], sb.y), acc[1]);
+    if constexpr (HAS_MIN) {
+      const float Sx = *reinterpret_cast<const float*>(sp + j * GR + 16);
+      acc[0] = fmaf(h0[j], Sx, acc[0]);
+      acc[1] = fmaf(h1[j], Sx, acc[1]);
+    }
+  }
+}
 template <int T, typename XT, bool MOE, int MT>
 __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
   using R = StreamRecs<T>;
   static_assert(MT == 1 || ((MT == 2 || MT == 4 || MT == 8) && !MOE), "MT tokens: 1, 2, 4 or 8; MoE with 1");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
+  const int RS = stream_rs<T, MT>(), STAGE = RPU * RS;
   const int GR = Prep<T>::gr(1);
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, WPC = blockDim.x >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int rho = g / CPS, kap = g % CPS;  // lane's A rows (rho, rho + MT) and chunk; its B token rho
-  const int N = a.N, K = a.K, S = a.S, RS = CPS * L::CB, STAGE = RPU * RS;
+  const int N = a.N, K = a.K, S = a.S;
   const int nch = K / L::CE, nst = (nch + CPS - 1) / CPS;
   const size_t RB = stream_rec_stride<T, MT>(K);  // one x row's records
   const int nx = MOE ? a.nx : MT;
@@ -336,11 +362,12 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
         iw = rows_of(ip);
         ilast = min(RPU - 1, N - 1 - RPU * (ip % hN));
       }
-      const int c0 = CPS * is;
-      const int nP = min(CPS, nch - c0) * (L::CB / 16);  // 16-byte pieces per row
-      const uint8_t* s0 = iw + c0 * L::CB;
+      const int b0 = CPS * is * L::CB, mis = L::MIS ? b0 & 15 : 0;
+      const int nc = min(CPS, nch - CPS * is);
+      const int nP = L::MIS ? (mis + nc * L::CB + 15) / 16 : nc * (L::CB / 16);  // 16-byte pieces per row
+      const uint8_t* s0 = iw + (b0 - mis);
       uint8_t* d = buf + st * STAGE;
-      constexpr int NPF = CPS * L::CB / 16;  // pieces per row of a full stage: a fixed trip count
+      constexpr int NPF = stream_rs<T, MT>() / 16;  // pieces per row of a full stage: a fixed trip count
       if constexpr (MT == 1) {  // the measured M = 1 form (NOTES.md v7): two cp.async per piece, no row index
         const uint8_t* s1 = s0 + (ilast > 0 ? a.row_bytes : 0);
 #pragma unroll
@@ -408,7 +435,8 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
     // products are not kept
     const bool live = kap < nch - c0;
     const int ch = c0 + (live ? kap : 0);
-    const uint8_t* rg = buf + cur * STAGE + rho * RS + (ch - c0) * L::CB;
+    const int mis = L::MIS ? (c0 * L::CB) & 15 : 0;  // where the stage's copy starts before its first chunk
+    const uint8_t* rg = buf + cur * STAGE + rho * RS + mis + (ch - c0) * L::CB;
     const uint8_t* Bp = xrec + rho * RB + (size_t)ch * R::bstride() + c * (8 * STEPS);
     const uint8_t* Sp = xrec + tok * RB + (size_t)nch * R::bstride() + (size_t)ch * R::sstride();
     const auto product = [&](int q, const uint32_t (&A)[2][4], float (&D)[4]) {
@@ -442,27 +470,20 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
           acc[3] = fmaf(og8, S1, acc[3]);
         }
       });
-    } else {  // all of a chunk's products first, then the kept ones' epilogue
-      float e0[GPC], e1[GPC], f0[GPC], f1[GPC], h0[GPC], h1[GPC];
+    } else {  // a run of DEF groups' products first, then the kept ones' epilogue (L::chunk produces the
+              // groups of each run before the next run's; Q6_K's 32 groups a chunk go in runs of 8: with
+              // runs of 16 its MT = 2 and 4 kernels spill ~50 bytes, with 32 the D values do not fit at all)
+      constexpr int DEF = GPC > 16 ? 8 : GPC;
+      float e0[DEF], e1[DEF], f0[DEF], f1[DEF], h0[DEF], h1[DEF];
       L::chunk(rg, rg + MT * RS, c, [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
         float D[4];
         product(q, A, D);
-        e0[q] = (g & 1) ? D[1] : D[0]; e1[q] = (g & 1) ? D[3] : D[2];
-        f0[q] = sg; f1[q] = sg8; h0[q] = og; h1[q] = og8;
+        const int j = q % DEF;
+        e0[j] = (g & 1) ? D[1] : D[0]; e1[j] = (g & 1) ? D[3] : D[2];
+        f0[j] = sg; f1[j] = sg8; h0[j] = og; h1[j] = og8;
+        if (DEF < GPC && j == DEF - 1 && keep && live) kept_epilogue<DEF, L::HAS_MIN>(e0, e1, f0, f1, h0, h1, Sp + (q - j) * GR, GR, acc);
       });
-      if (keep && live) {
-#pragma unroll
-        for (int q = 0; q < GPC; ++q) {
-          const float2 sb = *reinterpret_cast<const float2*>(Sp + q * GR);
-          acc[0] = fmaf(f0[q], fmaf(sb.x, e0[q], sb.y), acc[0]);
-          acc[1] = fmaf(f1[q], fmaf(sb.x, e1[q], sb.y), acc[1]);
-          if constexpr (L::HAS_MIN) {
-            const float Sx = *reinterpret_cast<const float*>(Sp + q * GR + 16);
-            acc[0] = fmaf(h0[q], Sx, acc[0]);
-            acc[1] = fmaf(h1[q], Sx, acc[1]);
-          }
-        }
-      }
+      if (DEF == GPC && keep && live) kept_epilogue<DEF, L::HAS_MIN>(e0, e1, f0, f1, h0, h1, Sp, GR, acc);
     }
     __syncwarp();
     cur = cur + 1 == S ? 0 : cur + 1;
@@ -505,22 +526,28 @@ inline int env_knob(const char* name) {
   return v ? std::atoi(v) : 0;
 }
 
-// Scratch bytes for the prep records, or 0 when this path does not take (T, K, M, row_bytes).
+// Rows both kernels here take: whole chunks of K, packed, a multiple of 16 bytes long (so every row,
+// and every stage of the stream kernel but Q6_K's, starts 16-byte aligned).
 template <int T>
-size_t scratch_bytes(int K, int M, int64_t row_bytes) {
+bool rows_fit(int K, int64_t row_bytes) {
   using L = FT<T>;
   if constexpr (!L::OK) {
-    return 0;
+    return false;
   } else {
-    // Q6_K (16-element groups: twice the B records, 4 instructions per weight) measured no faster
-    // than gemv_mma_kernel at M = 1 and slower at M = 8 (NOTES.md v4): left to that kernel for now
-    // (the decoder here is checked on the host and on the GPU with GGUF_KERNELS_FAST_Q6K=1).
-    static const int q6k = env_knob("GGUF_KERNELS_FAST_Q6K");
-    const int max_m = T == Q6_K ? (q6k ? 8 : 0) : 8;
-    if (M < 1 || M > max_m || K <= 0 || K % L::CE != 0 || row_bytes % 16 != 0) return 0;
-    if (row_bytes != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES) return 0;
-    return (Prep<T>::bytes(K, M) + 255) / 256 * 256;
+    return K > 0 && K % L::CE == 0 && row_bytes % 16 == 0 && row_bytes == (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES;
   }
+}
+
+// Scratch bytes for the prep records of gemv_fast_kernel, or 0 when it does not take (T, K, M, row_bytes).
+template <int T>
+size_t scratch_bytes(int K, int M, int64_t row_bytes) {
+  // Q6_K (16-element groups: twice the B records, 4 instructions per weight) measured no faster than
+  // gemv_mma_kernel at M = 1 and slower at M = 8 on this kernel (NOTES.md v4): only the stream kernel
+  // takes it, unless GGUF_KERNELS_FAST_Q6K=1.
+  static const int q6k = env_knob("GGUF_KERNELS_FAST_Q6K");
+  const int max_m = T == Q6_K ? (q6k ? 8 : 0) : 8;
+  if (M < 1 || M > max_m || !rows_fit<T>(K, row_bytes)) return 0;
+  return (Prep<T>::bytes(K, M) + 255) / 256 * 256;
 }
 
 struct Choice { int W, S, U; };
@@ -647,14 +674,17 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
 // fit have a unit and a unit is more than 16 stages (a warp's stages run one after another: 14336 ->
 // 4096 at M = 4, 512 units of 28 stages, took 30 us against the tile kernel's 27), or when the CTA's
 // threads have more than 8 groups of activations each to turn into records (4096 -> 1024 at M = 4:
-// 128 units, one warp per CTA, 16 groups a thread, 15 us against 7).
+// 128 units, one warp per CTA, 16 groups a thread, 15 us against 7), or more than 4 and more than
+// the stages each warp then streams (Q6_K, same call against gemv_mma_kernel: 8 groups a thread and
+// 4 stages, 4096 -> 4096 at M = 4, 14.1 us against 11.2; 8 and 2, 4096 -> 1024 at M = 2, 9.2 against
+// 6.9; 7 and 7, 14336 -> 4096 at M = 2, 25.6 against 29.9).
 struct StreamChoice { int WPC, S, ctas; size_t smem; };
 template <int T, typename XT, bool MOE, int MT>
 StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   using L = FT<T>;
   const int sms = num_sms();
   const int S = knob_s() ? knob_s() : 2;
-  const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * S * 2 * 8 * L::CB; };
+  const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * S * 2 * MT * stream_rs<T, MT>(); };
   StreamChoice best{0, 0, 0, 0};
   int best_rounds = 0, best_cap = 0;
   for (int WPC : {16, 8, 4}) {
@@ -671,7 +701,10 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
     const int WPC = std::max(1, (units + sms - 1) / sms);
     best = {WPC, S, (units + WPC - 1) / WPC, smem_for(WPC)};
   }
-  if (!best.WPC || (2 * units < best_cap && nst > 16) || groups > 8 * 32 * best.WPC) return StreamChoice{0, 0, 0, 0};
+  if (!best.WPC) return best;
+  const int per_thread = (groups + 32 * best.WPC - 1) / (32 * best.WPC);  // records each thread builds
+  if ((2 * units < best_cap && nst > 16) || per_thread > 8 || (per_thread > 4 && per_thread > best_rounds * nst))
+    return StreamChoice{0, 0, 0, 0};
   return best;
 }
 
@@ -685,9 +718,9 @@ cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stre
   return cudaGetLastError();
 }
 
-// M <= stream_max_m() (default 8) goes to gemv_stream_kernel (MT = 1, 2, 4 or 8 tokens) unless `tile`
-// (launch() passes GGUF_KERNELS_FAST_TILE; benchmarks/gemv_probe.cu calls this directly to compare both
-// kernels in one process) or the records of K do not fit one CTA; the rest to gemv_fast_kernel.
+// M <= stream_max_m() (default 8) goes to gemv_stream_kernel (MT = 1, 2, 4 or 8 tokens) unless
+// GGUF_KERNELS_FAST_TILE=1 or the records of K do not fit one CTA; then gemv_fast_kernel, where
+// scratch_bytes() > 0.
 inline int knob_tile() { static const int v = env_knob("GGUF_KERNELS_FAST_TILE"); return v; }
 inline int stream_max_m() {
   static const int v = std::getenv("GGUF_KERNELS_FAST_STREAM_MAX_M") ? env_knob("GGUF_KERNELS_FAST_STREAM_MAX_M") : 8;
@@ -700,6 +733,29 @@ cudaError_t launch_stream_dense(const FastArgs& a, DType xt, cudaStream_t stream
   return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, false, MT>(a, units, fixed, stream)
                            : launch_stream<T, __half, false, MT>(a, units, fixed, stream);
 }
+// The dense GemvArgs as FastArgs.
+inline FastArgs fast_args(const GemvArgs& ga, DType xt) {
+  FastArgs a = {};
+  a.w = ga.w; a.row_bytes = ga.row_bytes; a.N = ga.N; a.K = ga.K; a.M = ga.M; a.x = ga.x; a.x_stride = ga.x_stride;
+  a.out = ga.out; a.out_stride = ga.out_stride;
+  a.out_bf16 = xt == DType::BF16;
+  return a;
+}
+// gemv_stream_kernel for a dense matmul, no scratch; cudaErrorNotSupported when it does not take the case.
+template <int T>
+cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t stream) {
+  const int M = ga.M;
+  if (M < 1 || M > stream_max_m() || knob_tile() || !rows_fit<T>(ga.K, ga.row_bytes) ||
+      (xt != DType::BF16 && xt != DType::F16))
+    return cudaErrorNotSupported;
+  const FastArgs a = fast_args(ga, xt);
+  return M == 1   ? launch_stream_dense<T, 1>(a, xt, stream)
+         : M == 2 ? launch_stream_dense<T, 2>(a, xt, stream)
+         : M <= 4 ? launch_stream_dense<T, 4>(a, xt, stream)
+                  : launch_stream_dense<T, 8>(a, xt, stream);
+}
+// The stream kernel where it takes the case (unless `tile`: benchmarks/gemv_probe.cu compares both
+// kernels in one process), else the prep kernel and gemv_fast_kernel on `scratch`.
 template <int T>
 cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, int pdl, bool tile,
                         cudaStream_t stream) {
@@ -707,19 +763,13 @@ cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scra
   if constexpr (!L::OK) {
     return cudaErrorNotSupported;
   } else {
-    const int K = ga.K, M = ga.M, N = ga.N;
-    if (scratch_bytes<T>(K, M, ga.row_bytes) == 0 || scratch_size < Prep<T>::bytes(K, M)) return cudaErrorInvalidValue;
-    FastArgs a = {};
-    a.w = ga.w; a.row_bytes = ga.row_bytes; a.N = N; a.K = K; a.M = M; a.x = ga.x; a.x_stride = ga.x_stride;
-    a.out = ga.out; a.out_stride = ga.out_stride;
-    a.out_bf16 = xt == DType::BF16;
-    if (M <= stream_max_m() && !L::MIS && !tile && (xt == DType::BF16 || xt == DType::F16)) {
-      const cudaError_t e = M == 1   ? launch_stream_dense<T, 1>(a, xt, stream)
-                            : M == 2 ? launch_stream_dense<T, 2>(a, xt, stream)
-                            : M <= 4 ? launch_stream_dense<T, 4>(a, xt, stream)
-                                     : launch_stream_dense<T, 8>(a, xt, stream);
+    if (!tile) {
+      const cudaError_t e = launch_stream_any_m<T>(ga, xt, stream);
       if (e != cudaErrorNotSupported) return e;
     }
+    const int K = ga.K, M = ga.M, N = ga.N;
+    if (scratch_bytes<T>(K, M, ga.row_bytes) == 0 || scratch_size < Prep<T>::bytes(K, M)) return cudaErrorInvalidValue;
+    FastArgs a = fast_args(ga, xt);
     uint8_t* xb = reinterpret_cast<uint8_t*>(scratch);
     uint8_t* xs = xb + Prep<T>::b_bytes(K, M);
     const int nthreads = K / L::GS * M;
@@ -767,11 +817,6 @@ cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scra
   }
 }
 
-template <int T>
-cudaError_t launch(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, int pdl, cudaStream_t stream) {
-  return launch_with<T>(ga, xt, scratch, scratch_size, pdl, knob_tile(), stream);
-}
-
 // MoE pairs (GEMV_PAIRS args) on gemv_stream_kernel: cudaErrorNotSupported when this path does not
 // take the case (type, K, row bytes, dtype, or more than kMoeRecBytes of x records: one CTA per SM
 // would be left); GGUF_KERNELS_FAST_MOE=0 turns it off.
@@ -783,22 +828,19 @@ inline bool knob_moe_off() {
 template <int T>
 cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, cudaStream_t stream) {
   using L = FT<T>;
-  if constexpr (!L::OK || L::MIS) {
+  if constexpr (!L::OK) {
     return cudaErrorNotSupported;
   } else {
     const int K = ga.K, N = ga.N;
     if (knob_moe_off() || ga.mode != GEMV_PAIRS || P < 1 || (xt != DType::BF16 && xt != DType::F16)) return cudaErrorNotSupported;
-    if (K <= 0 || K % L::CE != 0 || ga.row_bytes % 16 != 0 || ga.x_stride % 8 != 0 ||
-        ga.row_bytes != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES)
-      return cudaErrorNotSupported;
+    if (!rows_fit<T>(K, ga.row_bytes) || ga.x_stride % 8 != 0) return cudaErrorNotSupported;
     const int nx = (P + ga.x_div - 1) / ga.x_div;
     const size_t recs = (size_t)nx * stream_rec_stride<T, 1>(K);
     if (recs > kMoeRecBytes) return cudaErrorNotSupported;
-    FastArgs a = {};
-    a.w = ga.w; a.row_bytes = ga.row_bytes; a.N = N; a.K = K; a.M = 1; a.x = ga.x;
-    a.out = ga.out; a.out_stride = ga.out_stride; a.out_bf16 = xt == DType::BF16;
+    FastArgs a = fast_args(ga, xt);
+    a.M = 1;
     a.ids = ga.ids; a.ids64 = ga.ids64; a.n_experts = ga.n_experts; a.P = P; a.x_div = ga.x_div; a.nx = nx;
-    a.expert_bytes = ga.expert_bytes; a.x_stride = ga.x_stride;
+    a.expert_bytes = ga.expert_bytes;
     const int units = P * ((N + 1) / 2);
     const size_t fixed = recs + ((size_t)P * 4 + 15) / 16 * 16;
     return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1>(a, units, fixed, stream)
@@ -813,9 +855,13 @@ size_t gemv_fast_scratch(int K, int M, int64_t row_bytes) {
   return fast::scratch_bytes<T>(K, M, row_bytes);
 }
 template <int T>
+cudaError_t launch_gemv_stream(const GemvArgs& a, DType xt, cudaStream_t stream) {
+  return fast::launch_stream_any_m<T>(a, xt, stream);
+}
+template <int T>
 cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t scratch_size, int pdl,
                              cudaStream_t stream) {
-  return fast::launch<T>(a, xt, scratch, scratch_size, pdl, stream);
+  return fast::launch_with<T>(a, xt, scratch, scratch_size, pdl, true, stream);
 }
 template <int T>
 cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, cudaStream_t stream) {
@@ -824,6 +870,7 @@ cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, cudaStream_
 
 #define GQ_FAST_INSTANTIATE(T)                                        \
   template size_t gemv_fast_scratch<T>(int, int, int64_t);           \
+  template cudaError_t launch_gemv_stream<T>(const GemvArgs&, DType, cudaStream_t);  \
   template cudaError_t launch_gemv_fast<T>(const GemvArgs&, DType, void*, size_t, int, cudaStream_t); \
   template cudaError_t launch_gemv_fast_moe<T>(const GemvArgs&, DType, int, cudaStream_t);
 

@@ -84,10 +84,14 @@ inline int tile_splits(int N, int K, int64_t tiles) {
   return s;
 }
 
-// Fast small-M matmul (gemv_fast.cuh): M <= 8, bf16/fp16 x, rows a multiple of 16 bytes, types
-// Q4_0, Q8_0, Q4_K, Q5_K, IQ4_XS, MXFP4 (Q6_K only with GGUF_KERNELS_FAST_Q6K=1). gemv_fast_scratch() gives the bytes of device scratch
-// the call needs (its prep records), 0 when this path does not take the case; launch_gemv_fast()
-// runs the prep kernel and the matmul (pdl: start the matmul as a programmatic dependent launch).
+// Fast small-M matmul (gemv_fast.cuh): M <= 8, bf16/fp16 x, rows a multiple of 16 bytes and of the
+// type's chunk, types Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4. launch_gemv_stream() runs
+// gemv_stream_kernel (no scratch) or returns cudaErrorNotSupported; where it does not take the case,
+// gemv_fast_scratch() gives the bytes of device scratch gemv_fast_kernel needs (its prep records), 0
+// when that kernel does not take it either (Q6_K), and launch_gemv_fast() runs the prep kernel and
+// that matmul (pdl: start the matmul as a programmatic dependent launch).
+template <int T>
+cudaError_t launch_gemv_stream(const GemvArgs& a, DType xt, cudaStream_t stream);
 template <int T>
 size_t gemv_fast_scratch(int K, int M, int64_t row_bytes);
 template <int T>
@@ -97,6 +101,7 @@ cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t 
 // when it does not take the case (type, K, dtype, or the x rows' records too large).
 template <int T>
 cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, cudaStream_t stream);
+cudaError_t launch_gemv_stream_any(int qtype, const GemvArgs& a, DType xt, cudaStream_t stream);
 size_t gemv_fast_scratch_any(int qtype, int K, int M, int64_t row_bytes);
 cudaError_t launch_gemv_fast_any(int qtype, const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes,
                                  int pdl, cudaStream_t stream);

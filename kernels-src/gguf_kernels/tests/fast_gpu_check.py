@@ -5,9 +5,10 @@
 tests/test_kernels.py draws K values that mostly leave rows unaligned (the older kernel's case);
 this covers the aligned shapes the fast path takes, for each of its types, M = 1..8, bf16 and fp16,
 fresh random blocks, N not a multiple of 16, plus replay inside a CUDA graph (the matmul is a
-programmatic dependent launch of its prep kernel). Exits non-zero on any failure. Q6_K takes the fast
-path only with GGUF_KERNELS_FAST_Q6K=1 (otherwise this checks gemv_mma_kernel for it); GGUF_KERNELS_FAST_U
-/ _W / _S force the stage layout.
+programmatic dependent launch of its prep kernel). Exits non-zero on any failure. Q6_K at K = 6144 and
+M = 5..8 has records too large for the stream kernel and checks gemv_mma_kernel (gemv_fast_kernel with
+GGUF_KERNELS_FAST_Q6K=1); GGUF_KERNELS_FAST_TILE=1 skips the stream kernel, GGUF_KERNELS_FAST_U / _W / _S
+force the stage layout.
 """
 from __future__ import annotations
 

@@ -252,7 +252,15 @@ at::Tensor matmul(const at::Tensor& x, const at::Tensor& packed, int64_t qtype) 
   if (M <= gemv_max_m(use_mma(xt))) {
     at::Tensor out = at::empty({M, N}, x.options());
     const gq::GemvArgs a = dense_args(p, xc, out);
-    // M <= 8 with rows a multiple of 16 bytes: the fast kernel (prep of x + scale-after-mma), if it takes the type.
+    // M <= 8 with rows a multiple of 16 bytes: the stream kernel, else the fast kernel (prep of x +
+    // scale-after-mma), where they take the type.
+    if (use_mma(xt) && M <= fast_max_m()) {
+      const cudaError_t e = gq::launch_gemv_stream_any((int)qtype, a, xt, stream);
+      if (e != cudaErrorNotSupported) {
+        check_cuda(e, "matmul (small M, stream)");
+        return out.reshape(oshape);
+      }
+    }
     const size_t fast_bytes = use_mma(xt) && M <= fast_max_m() ? gq::gemv_fast_scratch_any((int)qtype, (int)K, (int)M, rb) : 0;
     if (fast_bytes > 0) {
       at::Tensor scratch = at::empty({(int64_t)fast_bytes}, p.options());
