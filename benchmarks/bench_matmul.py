@@ -30,8 +30,10 @@ DEV = torch.device("cuda")
 DENSE_SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096), (4096, 1024), (4096, 128256)]
 MS = [1, 2, 4, 8, 16, 32, 64, 512, 2048]  # ANCHORS.md's M, and 32 (the tile kernel's upper end)
 TYPES = ["Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q8_0", "MXFP4", "IQ4_XS"]
-# (name, K, N, experts, top_k)
-MOE_SHAPES = [("qwen3-30b-a3b gate", 2048, 768, 128, 8), ("gpt-oss-20b gate", 2880, 2880, 32, 4)]
+# (name, K, N, experts, top_k, types): Q4_K_M files keep Qwen3-MoE's expert down projections in Q4_K or Q6_K
+MOE_SHAPES = [("qwen3-30b-a3b gate", 2048, 768, 128, 8, ["Q4_K", "Q8_0"]),
+              ("qwen3-30b-a3b down", 768, 2048, 128, 8, ["Q4_K", "Q6_K"]),
+              ("gpt-oss-20b gate", 2880, 2880, 32, 4, ["MXFP4"])]
 MOE_TS = [1, 8, 32, 512]
 ROTATE_BYTES = 2.2e9
 
@@ -197,8 +199,8 @@ def make_plan(types: list[str], ms: list[int], quick: bool, moe: bool,
                 sel = [m for m in ms if m in ((1, 8, 512) if name in ("Q4_0", "Q4_K", "Q8_0") else (1, 8))]
             plan.append(("dense", name, K, N, sel, None))
     if moe:
-        for label, K, N, E, k in MOE_SHAPES:
-            for name in (["Q4_K", "Q8_0"] if E == 128 else ["MXFP4"]):
+        for label, K, N, E, k, shape_types in MOE_SHAPES:
+            for name in shape_types:
                 if name in types:
                     plan.append(("moe", name, K, N, [1, 8] if quick else MOE_TS, (label, E, k)))
     return plan

@@ -3,7 +3,7 @@ import sys, torch
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "tests"))
 from gguf_quant import kernel_loader
 import numpy as np
-from test_kernels import random_packed, TYPES, qid, k_for
+from test_kernels import random_packed, TYPES, qid, k_for, RAGGED
 k = kernel_loader.kernel_module(); rng = np.random.default_rng(0); dev = "cuda"
 for name in TYPES:
     q = qid(name)
@@ -22,5 +22,11 @@ for name in TYPES:
         k.matmul(torch.randn(20, 8192, device=dev, dtype=torch.bfloat16), random_packed(name, (37,), 8192, rng), q)  # split K
         e = random_packed(name, (40, 37), K, rng)  # 2 pairs on 40 experts, one unroutable
         k.moe_matmul(torch.randn(1, K, device=dev, dtype=torch.bfloat16), e, torch.tensor([[3, -1]], device=dev), q)
+    torch.cuda.synchronize()
+for name, K in RAGGED:  # the stream kernel's ragged rows: M = 1 (odd N) and MoE pairs (even N, an unroutable id)
+    q = qid(name)
+    k.matmul(torch.randn(1, K, device=dev, dtype=torch.bfloat16), random_packed(name, (37,), K, rng), q)
+    e = random_packed(name, (5, 38), K, rng)
+    k.moe_matmul(torch.randn(3, K, device=dev, dtype=torch.bfloat16), e, torch.tensor([[0, 4], [4, -1], [2, 2]], device=dev), q)
     torch.cuda.synchronize()
 print("sanity done")

@@ -136,6 +136,32 @@ def test_matmul_stream(name, M, rng):
         assert err <= TOL[torch.bfloat16], f"{name} M={M} K={K}: rel err {err:.2e}"
 
 
+RAGGED = [("Q4_0", 1600), ("Q4_0", 2880), ("Q8_0", 2880), ("IQ4_XS", 2816), ("Q6_K", 3072), ("MXFP4", 1600),
+          ("MXFP4", 2880)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("name, K", RAGGED)
+def test_stream_ragged_rows(name, K, dtype, rng):
+    """M = 1 and few MoE pairs on rows that are not a multiple of 16 bytes (each row's stage copied at
+    its own offset; MXFP4 K = 2880 is gpt-oss's 1530-byte rows, odd rows 2 bytes off 4-byte alignment)
+    with K not a multiple of the kernel's 512-element chunk (a zero-filled short last chunk): odd N
+    (the last row pair has one row), and MoE with unroutable ids; N = 75 experts of 4k + 2 bytes
+    (MXFP4) are declined to the older kernel."""
+    for N in (999, 1000):
+        packed = random_packed(name, (N,), K, rng)
+        x = torch.randn(1, K, device=DEV, dtype=dtype)
+        err = rel_err(KMOD.matmul(x, packed, qid(name)), x.double() @ ref_dequant(packed, name).double().T)
+        assert err <= TOL[dtype], f"{name} K={K} N={N}: rel err {err:.2e}"
+    for N in (76, 75):
+        E, T, top_k = 6, 5, 3
+        packed = random_packed(name, (E, N), K, rng)
+        ids = torch.from_numpy(rng.integers(0, E, (T, top_k))).to(DEV)
+        ids[1, 2], ids[3, 0] = -1, E
+        x = torch.randn(T, K, device=DEV, dtype=dtype)
+        check_moe_with_unroutable(x, packed, ref_dequant(packed, name).double(), ids, name, TOL[dtype])
+
+
 @pytest.mark.parametrize("M", [17, 24, 32])
 @pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q6_K", "MXFP4", "Q8_0"])
 def test_matmul_split_k(name, M, rng):

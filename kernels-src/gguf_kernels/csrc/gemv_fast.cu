@@ -36,10 +36,11 @@ cudaError_t launch_gemv_fast_any(int qtype, const GemvArgs& a, DType xt, void* s
   return cudaErrorNotSupported;
 }
 
-cudaError_t launch_gemv_fast_moe_any(int qtype, const GemvArgs& a, DType xt, int P, cudaStream_t stream) {
+cudaError_t launch_gemv_fast_moe_any(int qtype, const GemvArgs& a, DType xt, int P, int min_chunks,
+                                     cudaStream_t stream) {
   switch (qtype) {
 #define GQ_CASE(T) \
-  case T: return launch_gemv_fast_moe<T>(a, xt, P, stream);
+  case T: return launch_gemv_fast_moe<T>(a, xt, P, min_chunks, stream);
     GQ_FAST_TYPES(GQ_CASE)
 #undef GQ_CASE
   }

@@ -71,8 +71,16 @@ GQ_HD uint32_t byte_hi(uint32_t u) { return perm(u, 0x64646464u, 0x4342); }  // 
 // Shift left for n > 0, right for n < 0 (n a constant after unrolling).
 GQ_HD uint32_t shl(uint32_t v, int n) { return n >= 0 ? v << n : v >> (-n); }
 
+#if !defined(__CUDA_ARCH__)
+// Host runs (tests/fast_host.cu): loads at addresses ldw's A does not match, which the GPU would fault
+// on and x86 reads without complaint.
+inline int host_misaligned = 0;
+#endif
 // 32-bit little-endian word at p, where p % 4 == A (A compile-time; reads the aligned words around).
 template <int A> GQ_HD uint32_t ldw(const uint8_t* p) {
+#if !defined(__CUDA_ARCH__)
+  host_misaligned += ((uintptr_t)p & 3) != (uintptr_t)A;
+#endif
   if constexpr (A == 0) {
     return *reinterpret_cast<const uint32_t*>(p);
   } else {
@@ -177,19 +185,24 @@ struct FTLut {
   }
 };
 
+// ldw<A>(p) for A = a & 3, a a constant after unrolling.
+GQ_HD uint32_t ldw_c(const uint8_t* p, int a) {
+  switch (a & 3) {
+    case 0: return ldw<0>(p);
+    case 1: return ldw<1>(p);
+    case 2: return ldw<2>(p);
+    default: return ldw<3>(p);
+  }
+}
+
 template <> struct FT<MXFP4> : FTLut {
-  template <class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
+  // AL8: rg8 % 4 - rg % 4 (2 for rows of 4k + 2 bytes, e.g. K = 2880: gemv_stream_kernel's ragged rows)
+  template <int AL8 = 0, class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       const uint8_t* b = rg + 17 * j;
       const uint8_t* b8 = rg8 + 17 * j;
-      uint32_t w, w8;
-      switch ((j + 1) & 3) {
-        case 0: w = ldw<0>(b + 1 + 4 * c); w8 = ldw<0>(b8 + 1 + 4 * c); break;
-        case 1: w = ldw<1>(b + 1 + 4 * c); w8 = ldw<1>(b8 + 1 + 4 * c); break;
-        case 2: w = ldw<2>(b + 1 + 4 * c); w8 = ldw<2>(b8 + 1 + 4 * c); break;
-        default: w = ldw<3>(b + 1 + 4 * c); w8 = ldw<3>(b8 + 1 + 4 * c); break;
-      }
+      const uint32_t w = ldw_c(b + 1 + 4 * c, j + 1), w8 = ldw_c(b8 + 1 + 4 * c, j + 1 + AL8);
       uint32_t A[2][4];
       lut_pairs(w, w8, FP4U_T0, FP4U_T1, FP4U_T2, FP4U_T3, A);
       f(j, A, e8m0_half(b[0]), e8m0_half(b8[0]), 0.f, 0.f);
@@ -405,20 +418,30 @@ template <int T> struct Prep {
 
 // M = 1 stream kernel (NOTES.md v6): the records of all of K (one token) in each CTA's shared
 // memory, chunk by chunk. Chunk ch's B records start at ch * bstride() and its {sigma, -beta[, S]}
-// records at nch * bstride() + ch * sstride(): one spare record per chunk puts the 8 chunks a warp
-// reads at once (lanes g) in different banks.
+// records at chunks(K) * bstride() + ch * sstride(): one spare record per chunk puts the 8 chunks a
+// warp reads at once (lanes g) in different banks. A last chunk short of CE elements (ragged rows,
+// K = 2880 for MXFP4) is padded with the records of zero activations.
 template <int T> struct StreamRecs {
   using L = FT<T>;
   static constexpr int GPC = L::CE / L::GS, BREC = Prep<T>::BREC;
+  static GQ_HD int chunks(int K) { return (K + L::CE - 1) / L::CE; }
   static GQ_HD int bstride() { return (GPC + 1) * BREC; }
   static GQ_HD int sstride() { return GPC * Prep<T>::gr(1) + 16; }
-  static GQ_HD size_t bytes(int K) { return (size_t)(K / L::CE) * (bstride() + sstride()); }
+  static GQ_HD size_t bytes(int K) { return (size_t)chunks(K) * (bstride() + sstride()); }
   // Group G's records, through Prep<T>::group's layout shifted by the chunk's spare records.
   static GQ_HD void group(const float* xv, int G, int K, uint8_t* recs) {
     const int ch = G / GPC;
-    Prep<T>::group(xv, G, 0, 1, recs + ch * BREC, recs + (size_t)(K / L::CE) * bstride() + ch * 16);
+    Prep<T>::group(xv, G, 0, 1, recs + ch * BREC, recs + (size_t)chunks(K) * bstride() + ch * 16);
   }
 };
+
+// One chunk of a unit's two rows as gemv_stream_kernel leaves ragged rows (not a multiple of 16 bytes)
+// in shared memory: rg 4-byte aligned, and rg8 too, except for MXFP4, whose ragged rows it takes are
+// 4k + 2 bytes long (K = 2880: 1530), so the odd row rg8 starts 2 bytes past.
+template <int T, class F> GQ_HD void chunk_ragged(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
+  if constexpr (T == MXFP4) FT<T>::template chunk<2>(rg, rg8, c, f);
+  else FT<T>::chunk(rg, rg8, c, f);
+}
 
 // Group epilogue: D (rows g, g+8 x tokens 2c, 2c+1) -> acc. sb = {sigma0, -beta0, sigma1, -beta1}.
 GQ_HD void epilogue(const float (&D)[4], const float (&sb)[4], float sg, float sg8, float (&acc)[4]) {

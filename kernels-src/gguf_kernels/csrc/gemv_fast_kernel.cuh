@@ -18,6 +18,11 @@ __device__ __forceinline__ void cp16(void* smem, const void* gmem) {
   const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
+// n (0..16) bytes from gmem, the rest of the 16 zero-filled
+__device__ __forceinline__ void cp16z(void* smem, const void* gmem, int n) {
+  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
 __device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void wait_n() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 __device__ __forceinline__ void wait_stages(int S) {  // S - 2 groups may stay in flight
@@ -254,28 +259,14 @@ GQ_HD size_t stream_rec_stride(int K) {
 }
 // Shared-memory bytes of one row's stage (8 / MT chunks). Q6_K (MIS): a stage starts at chunk c0, byte
 // 420 c0 of a row whose start is 16-byte aligned, so it is copied from the 16-byte boundary below
-// (up to 12 bytes early) and the stride keeps every row 16-byte aligned.
-template <int T, int MT>
+// (up to 12 bytes early) and the stride keeps every row 16-byte aligned. RAG (ragged rows, not a
+// multiple of 16 bytes): every row's stage starts up to 15 bytes past its copy's 16-byte boundary.
+template <int T, int MT, bool RAG>
 GQ_HD constexpr int stream_rs() {
-  return FT<T>::MIS ? ((8 / MT) * FT<T>::CB + 12 + 15) / 16 * 16 : (8 / MT) * FT<T>::CB;
+  constexpr int B = (8 / MT) * FT<T>::CB;
+  return RAG ? (B + 15 + 15) / 16 * 16 : FT<T>::MIS ? (B + 12 + 15) / 16 * 16 : B;
 }
 
-// M = 1 (MT = 1): a warp streams two adjacent rows r0, r1, a stage at a time: 8 consecutive chunks of
-// K of both (two contiguous runs of memory). mma.m16n8k16's A row g is chunk g of r0 and A row g + 8
-// chunk g of r1 (lane (g, c) decodes them exactly as gemv_fast_kernel decodes its rows g, g + 8), and
-// B's column g holds the activations of chunk g. The diagonal then carries the dot products: D[g][g]
-// (lane (g, g / 2), element g & 1) for r0, D[g + 8][g] for r1; the rest of the product is discarded.
-// Against the 16-row tile (v4) the weight reads are two long runs per stage instead of 16 rows x one
-// chunk (v5); in addition (v6) there is no prep kernel: every CTA turns the activations into its own
-// records in shared memory while its first stages are in flight, and one wave of CTAs walks units
-// gw, gw + GW, ... with one cp.async pipeline across units, so the memory queue never drains between
-// waves. A group's products are all issued before its epilogue.
-// MT = 2, 4, 8 tokens (v7): a unit is 2 * MT rows and a stage CPS = 8 / MT chunks of each; A row a
-// is chunk a % CPS of row a / CPS, B column n chunk n % CPS of token n / CPS, so D[a][n] is kept where
-// the chunks agree: 16 * MT of the 16 x 8 products per mma instead of 16, for the same decode (MT = 8:
-// all of them, the 16-row tile of gemv_fast_kernel with its records in the CTA).
-// MOE (MT = 1): the units are (pair, row pair) over a.P (token, slot) pairs, each row pair read from its
-// pair's expert and multiplied by its pair's x row (records for all a.nx x rows sit in shared memory).
 // The kept lanes' epilogue of a run of DEF groups (gemv_stream_kernel, MT < 8): e = the kept D values,
 // f = the groups' scales (rows rho, rho + MT), h = their mins; sp = the run's first {sigma, -beta[, S]}.
 template <int DEF, bool HAS_MIN>
@@ -294,13 +285,34 @@ __device__ __forceinline__ void kept_epilogue(const float (&e0)[DEF], const floa
     }
   }
 }
-template <int T, typename XT, bool MOE, int MT>
-__global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
+
+// M = 1 (MT = 1): a warp streams two adjacent rows r0, r1, a stage at a time: 8 consecutive chunks of
+// K of both (two contiguous runs of memory). mma.m16n8k16's A row g is chunk g of r0 and A row g + 8
+// chunk g of r1 (lane (g, c) decodes them exactly as gemv_fast_kernel decodes its rows g, g + 8), and
+// B's column g holds the activations of chunk g. The diagonal then carries the dot products: D[g][g]
+// (lane (g, g / 2), element g & 1) for r0, D[g + 8][g] for r1; the rest of the product is discarded.
+// Against the 16-row tile (v4) the weight reads are two long runs per stage instead of 16 rows x one
+// chunk (v5); in addition (v6) there is no prep kernel: every CTA turns the activations into its own
+// records in shared memory while its first stages are in flight, and one wave of CTAs walks units
+// gw, gw + GW, ... with one cp.async pipeline across units, so the memory queue never drains between
+// waves. A group's products are all issued before its epilogue.
+// MT = 2, 4, 8 tokens (v7): a unit is 2 * MT rows and a stage CPS = 8 / MT chunks of each; A row a
+// is chunk a % CPS of row a / CPS, B column n chunk n % CPS of token n / CPS, so D[a][n] is kept where
+// the chunks agree: 16 * MT of the 16 x 8 products per mma instead of 16, for the same decode (MT = 8:
+// all of them, the 16-row tile of gemv_fast_kernel with its records in the CTA).
+// MOE (MT = 1): the units are (pair, row pair) over a.P (token, slot) pairs, each row pair read from its
+// pair's expert and multiplied by its pair's x row (records for all a.nx x rows sit in shared memory).
+// RAG (MT = 1): rows that are not a multiple of 16 bytes (gpt-oss's MXFP4 experts, K = 2880: 1530
+// bytes), and K not a multiple of the chunk: each row's stage is copied in the 16-byte pieces that
+// cover it, at its own offset; a short last chunk is zero-filled past the row's end and its missing
+// groups get the records of zero activations, so they add exact zeros.
+template <int T, typename XT, bool MOE, int MT, bool RAG>
+__global__ void __maxnreg__(RAG ? 128 : 96) gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
   using R = StreamRecs<T>;
-  static_assert(MT == 1 || ((MT == 2 || MT == 4 || MT == 8) && !MOE), "MT tokens: 1, 2, 4 or 8; MoE with 1");
+  static_assert(MT == 1 || ((MT == 2 || MT == 4 || MT == 8) && !MOE && !RAG), "MT tokens: 1, 2, 4 or 8; MoE with 1");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
-  const int RS = stream_rs<T, MT>(), STAGE = RPU * RS;
+  const int RS = stream_rs<T, MT, RAG>(), STAGE = RPU * RS;
   const int GR = Prep<T>::gr(1);
   extern __shared__ __align__(16) uint8_t smem[];
 
@@ -308,7 +320,7 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
   const int g = lane >> 2, c = lane & 3;
   const int rho = g / CPS, kap = g % CPS;  // lane's A rows (rho, rho + MT) and chunk; its B token rho
   const int N = a.N, K = a.K, S = a.S;
-  const int nch = K / L::CE, nst = (nch + CPS - 1) / CPS;
+  const int nch = R::chunks(K), nst = (nch + CPS - 1) / CPS;
   const size_t RB = stream_rec_stride<T, MT>(K);  // one x row's records
   const int nx = MOE ? a.nx : MT;
   uint8_t* recs = smem;
@@ -319,19 +331,20 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
   const int gw = blockIdx.x * WPC + warp, GW = gridDim.x * WPC;
   const int total = (gw < units ? (units - 1 - gw) / GW + 1 : 0) * nst;  // stages this warp reads
   const XT* x = reinterpret_cast<const XT*>(a.x);
-  const int nG = K / L::GS;
-  // x row xr's group Gl as float (zeros for a token past M: M = 3 on MT = 4, never stored)
+  const int nG = K / L::GS, nGp = nch * GPC;  // groups of K; with a short last chunk's padding (RAG)
+  // group G of the x rows' padded groups as float (zeros for a token past M: M = 3 on MT = 4, never
+  // stored, and for the padding)
   const auto load_x = [&](int G, float (&v)[L::GS]) {
-    const int xr = G / nG;
-    if (MOE || xr < a.M) {
-      load_group(x + xr * a.x_stride + (int64_t)(G - xr * nG) * L::GS, v);
+    const int xr = G / nGp, Gl = G - xr * nGp;
+    if ((MOE || xr < a.M) && Gl < nG) {
+      load_group(x + xr * a.x_stride + (int64_t)Gl * L::GS, v);
     } else {
 #pragma unroll
       for (int e = 0; e < L::GS; ++e) v[e] = 0.f;
     }
   };
   float v0[L::GS];  // the thread's first group, requested before the expert ids are waited for
-  if (threadIdx.x < nx * nG) load_x(threadIdx.x, v0);
+  if (threadIdx.x < nx * nGp) load_x(threadIdx.x, v0);
   if constexpr (MOE) {  // unroutable ids read expert 0 and write zeros
     for (int q = threadIdx.x; q < a.P; q += blockDim.x) {
       const int64_t e = load_id(a.ids, a.ids64, q);
@@ -367,8 +380,28 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
       const int nP = L::MIS ? (mis + nc * L::CB + 15) / 16 : nc * (L::CB / 16);  // 16-byte pieces per row
       const uint8_t* s0 = iw + (b0 - mis);
       uint8_t* d = buf + st * STAGE;
-      constexpr int NPF = stream_rs<T, MT>() / 16;  // pieces per row of a full stage: a fixed trip count
-      if constexpr (MT == 1) {  // the measured M = 1 form (NOTES.md v7): two cp.async per piece, no row index
+      constexpr int NPF = stream_rs<T, MT, RAG>() / 16;  // pieces per row of a full stage: a fixed trip count
+      if constexpr (RAG) {  // each row from the 16-byte boundary below its stage, up to the row's end; a
+                            // missing second row reads the row before (N >= 2): same alignment as an odd row
+        const uintptr_t a0 = (uintptr_t)(iw + b0), a1 = a0 + (ilast > 0 ? a.row_bytes : -a.row_bytes);
+        const int m0 = (int)(a0 & 15), m1 = (int)(a1 & 15);
+        const int nb = (int)min((int64_t)nc * L::CB, a.row_bytes - b0);  // bytes of the row; past them zeros
+        const uint8_t* p0 = reinterpret_cast<const uint8_t*>(a0 - m0);
+        const uint8_t* p1 = reinterpret_cast<const uint8_t*>(a1 - m1);
+#pragma unroll
+        for (int k = 0; k < (NPF + 31) / 32; ++k) {
+          const int pc = lane + 32 * k;
+          const int v0 = m0 + nb - 16 * pc, v1 = m1 + nb - 16 * pc;  // bytes of the row in piece pc
+          if (pc < (m0 + nc * L::CB + 15) >> 4) {
+            if (v0 >= 16) cp16(d + 16 * pc, p0 + 16 * pc);
+            else cp16z(d + 16 * pc, p0 + (v0 > 0 ? 16 * pc : 0), max(v0, 0));
+          }
+          if (pc < (m1 + nc * L::CB + 15) >> 4) {
+            if (v1 >= 16) cp16(d + RS + 16 * pc, p1 + 16 * pc);
+            else cp16z(d + RS + 16 * pc, p1 + (v1 > 0 ? 16 * pc : 0), max(v1, 0));
+          }
+        }
+      } else if constexpr (MT == 1) {  // the measured M = 1 form (NOTES.md v7): two cp.async per piece, no row index
         const uint8_t* s1 = s0 + (ilast > 0 ? a.row_bytes : 0);
 #pragma unroll
         for (int k = 0; k < (NPF + 31) / 32; ++k) {
@@ -390,14 +423,14 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
     }
   };
   for (int s = 0; s < S - 1; ++s) { issue(s); commit(); }
-  for (int G = threadIdx.x; G < nx * nG; G += blockDim.x) {
-    const int xr = G / nG;
+  for (int G = threadIdx.x; G < nx * nGp; G += blockDim.x) {
+    const int xr = G / nGp;
     if (G == threadIdx.x) {
-      R::group(v0, G - xr * nG, K, recs + xr * RB);
+      R::group(v0, G - xr * nGp, K, recs + xr * RB);
     } else {
       float v[L::GS];
       load_x(G, v);
-      R::group(v, G - xr * nG, K, recs + xr * RB);
+      R::group(v, G - xr * nGp, K, recs + xr * RB);
     }
   }
   __syncthreads();
@@ -410,10 +443,12 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
   int cur = 0, s = 0, p = gw;  // buffer, stage of the unit, unit of stage i
   // the unit's x records, first row and output base
   const uint8_t* xrec = recs;
+  const uint8_t* wrow = a.w;  // RAG: the unit's first row, whose address gives the stages' offsets
   int row0 = 0;
   int64_t obase = 0;
   bool zero = false;
   const auto unit_io = [&](int u) {
+    if constexpr (RAG) wrow = rows_of(u);
     if constexpr (MOE) {
       const int q = u / hN;
       xrec = recs + (q / a.x_div) * RB;
@@ -437,6 +472,12 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
     const int ch = c0 + (live ? kap : 0);
     const int mis = L::MIS ? (c0 * L::CB) & 15 : 0;  // where the stage's copy starts before its first chunk
     const uint8_t* rg = buf + cur * STAGE + rho * RS + mis + (ch - c0) * L::CB;
+    const uint8_t* rg8 = rg + MT * RS;
+    if constexpr (RAG) {  // rows at their own offsets
+      const uintptr_t a0 = (uintptr_t)wrow + c0 * L::CB, a1 = a0 + (row0 + 1 < N ? a.row_bytes : -a.row_bytes);
+      rg = buf + cur * STAGE + (a0 & 15) + (ch - c0) * L::CB;
+      rg8 = buf + cur * STAGE + RS + (a1 & 15) + (ch - c0) * L::CB;
+    }
     const uint8_t* Bp = xrec + rho * RB + (size_t)ch * R::bstride() + c * (8 * STEPS);
     const uint8_t* Sp = xrec + tok * RB + (size_t)nch * R::bstride() + (size_t)ch * R::sstride();
     const auto product = [&](int q, const uint32_t (&A)[2][4], float (&D)[4]) {
@@ -452,7 +493,7 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
       if constexpr (STEPS == 2) mma16816(D, A[1], b[2], b[3]);
     };
     if constexpr (MT == 8) {  // every product kept, the epilogue right after it (registers)
-      L::chunk(rg, rg + MT * RS, c, [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+      L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
         float D[4];
         product(q, A, D);
         const float2 s0 = *reinterpret_cast<const float2*>(Sp + q * GR);
@@ -475,14 +516,17 @@ __global__ void __maxnreg__(96) gemv_stream_kernel(const FastArgs a) {
               // runs of 16 its MT = 2 and 4 kernels spill ~50 bytes, with 32 the D values do not fit at all)
       constexpr int DEF = GPC > 16 ? 8 : GPC;
       float e0[DEF], e1[DEF], f0[DEF], f1[DEF], h0[DEF], h1[DEF];
-      L::chunk(rg, rg + MT * RS, c, [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+      const auto run = [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
         float D[4];
         product(q, A, D);
         const int j = q % DEF;
         e0[j] = (g & 1) ? D[1] : D[0]; e1[j] = (g & 1) ? D[3] : D[2];
         f0[j] = sg; f1[j] = sg8; h0[j] = og; h1[j] = og8;
-        if (DEF < GPC && j == DEF - 1 && keep && live) kept_epilogue<DEF, L::HAS_MIN>(e0, e1, f0, f1, h0, h1, Sp + (q - j) * GR, GR, acc);
-      });
+        if (DEF < GPC && j == DEF - 1 && keep && live)
+          kept_epilogue<DEF, L::HAS_MIN>(e0, e1, f0, f1, h0, h1, Sp + (q - j) * GR, GR, acc);
+      };
+      if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, run);
+      else L::chunk(rg, rg8, c, run);
       if (DEF == GPC && keep && live) kept_epilogue<DEF, L::HAS_MIN>(e0, e1, f0, f1, h0, h1, Sp, GR, acc);
     }
     __syncwarp();
@@ -535,6 +579,23 @@ bool rows_fit(int K, int64_t row_bytes) {
     return false;
   } else {
     return K > 0 && K % L::CE == 0 && row_bytes % 16 == 0 && row_bytes == (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES;
+  }
+}
+// Ragged rows gemv_stream_kernel<..., RAG> takes at M = 1 (and MoE pairs): whole blocks, packed, rows and
+// experts starting 4-byte aligned, so its decoders' word alignments stay compile-time constants (MXFP4
+// rows of 4k + 2 bytes too: even rows stay 4-byte aligned, odd ones 2 bytes past, chunk_rows). Only the
+// types whose blocks are not a multiple of 16 bytes have such rows.
+template <int T>
+constexpr bool may_rag() {
+  return FT<T>::OK && Traits<T>::BYTES % 16 != 0;
+}
+template <int T>
+bool rows_rag(int N, int K, int64_t row_bytes, int64_t expert_bytes) {
+  if constexpr (!may_rag<T>()) {
+    return false;
+  } else {
+    return N >= 2 && K > 0 && K % Traits<T>::BLOCK == 0 && row_bytes == (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES &&
+           (row_bytes % 4 == 0 || (T == MXFP4 && row_bytes % 4 == 2)) && expert_bytes % 4 == 0;
   }
 }
 
@@ -644,7 +705,7 @@ Choice choose(int N, int K, int M, int sms) {
 // Resident CTAs per SM of gemv_stream_kernel<T, XT, MOE, MT> with WPC warps and `smem` bytes: registers,
 // shared memory and threads, from the function's and the device's attributes (read once). The shared
 // memory carve-out is set to its largest so that this count holds.
-template <int T, typename XT, bool MOE, int MT>
+template <int T, typename XT, bool MOE, int MT, bool RAG>
 int stream_ctas_per_sm(int WPC, size_t smem) {
   static int regs = 0, sm_regs = 0, sm_smem = 0, reserved = 0, sm_threads = 0;
   if (!regs) {
@@ -654,7 +715,7 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
     cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
     cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
     cudaDeviceGetAttribute(&sm_threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev);
-    const auto kernel = gemv_stream_kernel<T, XT, MOE, MT>;
+    const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     cudaFuncAttributes fa;
@@ -679,18 +740,17 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
 // 4 stages, 4096 -> 4096 at M = 4, 14.1 us against 11.2; 8 and 2, 4096 -> 1024 at M = 2, 9.2 against
 // 6.9; 7 and 7, 14336 -> 4096 at M = 2, 25.6 against 29.9).
 struct StreamChoice { int WPC, S, ctas; size_t smem; };
-template <int T, typename XT, bool MOE, int MT>
+template <int T, typename XT, bool MOE, int MT, bool RAG>
 StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
-  using L = FT<T>;
   const int sms = num_sms();
   const int S = knob_s() ? knob_s() : 2;
-  const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * S * 2 * MT * stream_rs<T, MT>(); };
+  const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * S * 2 * MT * stream_rs<T, MT, RAG>(); };
   StreamChoice best{0, 0, 0, 0};
   int best_rounds = 0, best_cap = 0;
   for (int WPC : {16, 8, 4}) {
     if (knob_w() && WPC != knob_w()) continue;
     const size_t smem = smem_for(WPC);
-    const int n = smem > 200 * 1024 ? 0 : stream_ctas_per_sm<T, XT, MOE, MT>(WPC, smem);
+    const int n = smem > 200 * 1024 ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG>(WPC, smem);
     if (n <= 0) continue;
     best_rounds = (units + n * sms * WPC - 1) / (n * sms * WPC);
     best_cap = n * sms * WPC;
@@ -708,13 +768,13 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   return best;
 }
 
-template <int T, typename XT, bool MOE, int MT>
+template <int T, typename XT, bool MOE, int MT, bool RAG>
 cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
-  const int nch = a.K / FT<T>::CE, nst = (nch + 8 / MT - 1) / (8 / MT);
-  const StreamChoice ch = choose_stream<T, XT, MOE, MT>(units, fixed, nst, (MOE ? a.nx : MT) * (a.K / FT<T>::GS));
+  const int nch = StreamRecs<T>::chunks(a.K), nst = (nch + 8 / MT - 1) / (8 / MT);
+  const StreamChoice ch = choose_stream<T, XT, MOE, MT, RAG>(units, fixed, nst, (MOE ? a.nx : MT) * nch * (FT<T>::CE / FT<T>::GS));
   if (!ch.WPC) return cudaErrorNotSupported;
   a.S = ch.S;
-  gemv_stream_kernel<T, XT, MOE, MT><<<ch.ctas, 32 * ch.WPC, ch.smem, stream>>>(a);
+  gemv_stream_kernel<T, XT, MOE, MT, RAG><<<ch.ctas, 32 * ch.WPC, ch.smem, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -726,12 +786,12 @@ inline int stream_max_m() {
   static const int v = std::getenv("GGUF_KERNELS_FAST_STREAM_MAX_M") ? env_knob("GGUF_KERNELS_FAST_STREAM_MAX_M") : 8;
   return v;
 }
-template <int T, int MT>
+template <int T, int MT, bool RAG = false>
 cudaError_t launch_stream_dense(const FastArgs& a, DType xt, cudaStream_t stream) {
   const int units = (a.N + 2 * MT - 1) / (2 * MT);
   const size_t fixed = MT * stream_rec_stride<T, MT>(a.K);
-  return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, false, MT>(a, units, fixed, stream)
-                           : launch_stream<T, __half, false, MT>(a, units, fixed, stream);
+  return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, false, MT, RAG>(a, units, fixed, stream)
+                           : launch_stream<T, __half, false, MT, RAG>(a, units, fixed, stream);
 }
 // The dense GemvArgs as FastArgs.
 inline FastArgs fast_args(const GemvArgs& ga, DType xt) {
@@ -745,10 +805,14 @@ inline FastArgs fast_args(const GemvArgs& ga, DType xt) {
 template <int T>
 cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t stream) {
   const int M = ga.M;
-  if (M < 1 || M > stream_max_m() || knob_tile() || !rows_fit<T>(ga.K, ga.row_bytes) ||
-      (xt != DType::BF16 && xt != DType::F16))
+  if (M < 1 || M > stream_max_m() || knob_tile() || (xt != DType::BF16 && xt != DType::F16) ||
+      !(rows_fit<T>(ga.K, ga.row_bytes) || (M == 1 && rows_rag<T>(ga.N, ga.K, ga.row_bytes, 0))))
     return cudaErrorNotSupported;
   const FastArgs a = fast_args(ga, xt);
+  if constexpr (may_rag<T>()) {
+    if (M == 1 && !rows_fit<T>(ga.K, ga.row_bytes) && rows_rag<T>(ga.N, ga.K, ga.row_bytes, 0))
+      return launch_stream_dense<T, 1, true>(a, xt, stream);
+  }
   return M == 1   ? launch_stream_dense<T, 1>(a, xt, stream)
          : M == 2 ? launch_stream_dense<T, 2>(a, xt, stream)
          : M <= 4 ? launch_stream_dense<T, 4>(a, xt, stream)
@@ -819,32 +883,42 @@ cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scra
 
 // MoE pairs (GEMV_PAIRS args) on gemv_stream_kernel: cudaErrorNotSupported when this path does not
 // take the case (type, K, row bytes, dtype, or more than kMoeRecBytes of x records: one CTA per SM
-// would be left); GGUF_KERNELS_FAST_MOE=0 turns it off.
-constexpr size_t kMoeRecBytes = 64 * 1024;
+// would be left; ragged rows: more than kMoeRagRecBytes, measured on gpt-oss-20b's gate at T = 8, 64 KB
+// of records, 8 warps per SM: 137 us against 123 on gemv_mma_kernel); GGUF_KERNELS_FAST_MOE=0 turns
+// it off.
+constexpr size_t kMoeRecBytes = 64 * 1024, kMoeRagRecBytes = 32 * 1024;
 inline bool knob_moe_off() {
   static const bool v = std::getenv("GGUF_KERNELS_FAST_MOE") && !env_knob("GGUF_KERNELS_FAST_MOE");
   return v;
 }
 template <int T>
-cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, cudaStream_t stream) {
+cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cudaStream_t stream) {
   using L = FT<T>;
   if constexpr (!L::OK) {
     return cudaErrorNotSupported;
   } else {
     const int K = ga.K, N = ga.N;
-    if (knob_moe_off() || ga.mode != GEMV_PAIRS || P < 1 || (xt != DType::BF16 && xt != DType::F16)) return cudaErrorNotSupported;
-    if (!rows_fit<T>(K, ga.row_bytes) || ga.x_stride % 8 != 0) return cudaErrorNotSupported;
+    if (knob_moe_off() || ga.mode != GEMV_PAIRS || P < 1 || (xt != DType::BF16 && xt != DType::F16) ||
+        StreamRecs<T>::chunks(K) < min_chunks)
+      return cudaErrorNotSupported;
+    const bool rag = !rows_fit<T>(K, ga.row_bytes);
+    if ((rag && !rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)) || ga.x_stride % 8 != 0) return cudaErrorNotSupported;
     const int nx = (P + ga.x_div - 1) / ga.x_div;
     const size_t recs = (size_t)nx * stream_rec_stride<T, 1>(K);
-    if (recs > kMoeRecBytes) return cudaErrorNotSupported;
+    if (recs > (rag ? kMoeRagRecBytes : kMoeRecBytes)) return cudaErrorNotSupported;
     FastArgs a = fast_args(ga, xt);
     a.M = 1;
     a.ids = ga.ids; a.ids64 = ga.ids64; a.n_experts = ga.n_experts; a.P = P; a.x_div = ga.x_div; a.nx = nx;
     a.expert_bytes = ga.expert_bytes;
     const int units = P * ((N + 1) / 2);
     const size_t fixed = recs + ((size_t)P * 4 + 15) / 16 * 16;
-    return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1>(a, units, fixed, stream)
-                             : launch_stream<T, __half, true, 1>(a, units, fixed, stream);
+    if constexpr (may_rag<T>()) {
+      if (rag)
+        return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, true>(a, units, fixed, stream)
+                                 : launch_stream<T, __half, true, 1, true>(a, units, fixed, stream);
+    }
+    return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, false>(a, units, fixed, stream)
+                             : launch_stream<T, __half, true, 1, false>(a, units, fixed, stream);
   }
 }
 
@@ -864,14 +938,14 @@ cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t 
   return fast::launch_with<T>(a, xt, scratch, scratch_size, pdl, true, stream);
 }
 template <int T>
-cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, cudaStream_t stream) {
-  return fast::launch_moe<T>(a, xt, P, stream);
+cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, int min_chunks, cudaStream_t stream) {
+  return fast::launch_moe<T>(a, xt, P, min_chunks, stream);
 }
 
 #define GQ_FAST_INSTANTIATE(T)                                        \
   template size_t gemv_fast_scratch<T>(int, int, int64_t);           \
   template cudaError_t launch_gemv_stream<T>(const GemvArgs&, DType, cudaStream_t);  \
   template cudaError_t launch_gemv_fast<T>(const GemvArgs&, DType, void*, size_t, int, cudaStream_t); \
-  template cudaError_t launch_gemv_fast_moe<T>(const GemvArgs&, DType, int, cudaStream_t);
+  template cudaError_t launch_gemv_fast_moe<T>(const GemvArgs&, DType, int, int, cudaStream_t);
 
 }  // namespace gq

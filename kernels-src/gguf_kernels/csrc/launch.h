@@ -98,14 +98,16 @@ template <int T>
 cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes, int pdl,
                              cudaStream_t stream);
 // MoE pairs (a.mode == GEMV_PAIRS, P pairs) on the fast path's M = 1 kernel: cudaErrorNotSupported
-// when it does not take the case (type, K, dtype, or the x rows' records too large).
+// when it does not take the case (type, K, dtype, the x rows' records too large, or K shorter than
+// min_chunks of the kernel's chunks: a stage of 8 chunks a row then leaves lanes idle).
 template <int T>
-cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, cudaStream_t stream);
+cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, int min_chunks, cudaStream_t stream);
 cudaError_t launch_gemv_stream_any(int qtype, const GemvArgs& a, DType xt, cudaStream_t stream);
 size_t gemv_fast_scratch_any(int qtype, int K, int M, int64_t row_bytes);
 cudaError_t launch_gemv_fast_any(int qtype, const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes,
                                  int pdl, cudaStream_t stream);
-cudaError_t launch_gemv_fast_moe_any(int qtype, const GemvArgs& a, DType xt, int P, cudaStream_t stream);
+cudaError_t launch_gemv_fast_moe_any(int qtype, const GemvArgs& a, DType xt, int P, int min_chunks,
+                                     cudaStream_t stream);
 
 // out[r, :] = dequant(W[src(r), :]) with src(r) = ids ? ids[r] : r; ids outside
 // [0, rows_src) give a row of zeros.

@@ -69,15 +69,23 @@ static void mma_group(const Rec* recs, int stride, int STEPS, float (*D)[4], BRe
 }
 
 // One lane's decode of one chunk of rows rg, rg8: the A fragments and scales of each group, into
-// out[0 .. groups of the chunk).
-template <int T>
+// out[0 .. groups of the chunk) (RAG: as gemv_stream_kernel decodes ragged rows, chunk_ragged).
+template <int T, bool RAG = false>
 static void decode_chunk(const uint8_t* rg, const uint8_t* rg8, int c, Rec* out) {
-  FT<T>::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+  const auto f = [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
     Rec& rc = out[q];
     std::memcpy(rc.A, A, sizeof(rc.A));
     rc.sg = sg; rc.sg8 = sg8; rc.og = og; rc.og8 = og8;
     rc.seen = true;
-  });
+  };
+  if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, f);
+  else FT<T>::chunk(rg, rg8, c, f);
+#if !defined(__CUDA_ARCH__)  // (nvcc's device pass parses this too)
+  if (host_misaligned) {
+    std::fprintf(stderr, "a word load the GPU would fault on (alignment)\n");
+    std::exit(5);
+  }
+#endif
 }
 
 template <int T>
@@ -161,44 +169,57 @@ static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M
 // for M = 1, 2, 3..4, 5..8; a unit is RPU = 2 MT rows, a stage CPS = 8 / MT chunks of each. Lane (g, c),
 // rho = g / CPS, kap = g % CPS, decodes rows rho, rho + MT at chunk kap; B column g is token rho's
 // chunk kap; the products where the chunks agree are kept and summed over the lanes of one (row, token).
-// Records: StreamRecs per token, stream_rec_stride apart (tokens >= M: zeros). Lanes past a short last
-// stage decode its first chunk and keep nothing; rows past R are read as row R - 1 and not stored.
+// Records: StreamRecs per token, stream_rec_stride apart (tokens >= M, and a short last chunk's padding:
+// zeros). Lanes past a short last stage decode its first chunk and keep nothing; rows past R are read
+// as row R - 1 and not stored. Stages as the kernel's copies leave them, the rows' base taken 16-byte
+// aligned: Q6_K's from the 16-byte boundary below the stage; ragged rows (M = 1, rows_rag) each at its
+// own offset, zero-filled past the row's end to the end of the stage's chunks; bytes no copy writes
+// hold 0xFF (NaN as an fp16 scale), so a decode that reaches them shows.
 template <int T>
 static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M, float* out) {
   using L = FT<T>;
   using SR = StreamRecs<T>;
   const int GPC = L::CE / L::GS, STEPS = L::STEPS, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
-  if (L::MIS || M < 1 || M > 8 || K % L::CE || rb % 16 || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES)
-    return 2;
+  if (M < 1 || M > 8 || K % Traits<T>::BLOCK || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES) return 2;
+  const bool rag = K % L::CE || rb % 16;
+  if (rag && (M > 1 || R < 2 || !(rb % 4 == 0 || (T == MXFP4 && rb % 4 == 2)) || Traits<T>::BYTES % 16 == 0)) return 2;
   const int MT = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : 8;
-  const int CPS = 8 / MT, RPU = 2 * MT, RS = CPS * L::CB;
-  const int nG = K / L::GS, nch = K / L::CE, nst = (nch + CPS - 1) / CPS;
+  const int CPS = 8 / MT, RPU = 2 * MT, RS = (CPS * L::CB + 15 + 15) / 16 * 16;
+  const int nG = K / L::GS, nch = SR::chunks(K), nst = (nch + CPS - 1) / CPS;
   const size_t RB = SR::bytes(K) + (MT == 8 ? 64 : 0);  // stream_rec_stride<T, MT>
   std::vector<uint8_t> recs(MT * RB, 0xCD);
   const std::vector<float> zeros(L::GS, 0.f);
   for (int t = 0; t < MT; ++t)
-    for (int G = 0; G < nG; ++G)
-      SR::group(t < M ? x + (size_t)t * K + (size_t)G * L::GS : zeros.data(), G, K, recs.data() + t * RB);
+    for (int G = 0; G < nch * GPC; ++G)
+      SR::group(t < M && G < nG ? x + (size_t)t * K + (size_t)G * L::GS : zeros.data(), G, K, recs.data() + t * RB);
   const uint8_t* srecs = recs.data() + (size_t)nch * SR::bstride();  // token 0's {sigma, -beta, ., ., S}
   std::vector<uint8_t> stage_mem(RPU * RS + 16);
   uint8_t* st = reinterpret_cast<uint8_t*>(((uintptr_t)stage_mem.data() + 15) & ~(uintptr_t)15);
+  std::vector<int> mis(RPU);  // where each row's stage starts in its buffer
   // the kernel's lane sum: xor shuffles over RED, stored by the lanes with (lane & RED) == 0
   const int RED = MT == 8 ? 0 : ((CPS - 1) << 2) | (CPS / 2 - 1);
   for (int row0 = 0; row0 < R; row0 += RPU) {
     float acc[32][4] = {};  // MT < 8: (row rho, row rho + MT) x tok; MT = 8: x (2c, 2c + 1)
     for (int s = 0; s < nst; ++s) {
       const int c0 = CPS * s, nlive = nch - c0 < CPS ? nch - c0 : CPS;
-      std::memset(st, 0xEE, (size_t)RPU * RS);
+      std::memset(st, 0xFF, (size_t)RPU * RS);
       for (int r = 0; r < RPU; ++r) {
-        const int row = row0 + r < R ? row0 + r : R - 1;
-        std::memcpy(st + r * RS, w + (size_t)row * rb + (size_t)c0 * L::CB, (size_t)nlive * L::CB);
+        const int row = row0 + r < R ? row0 + r : rag ? row0 - 1 : R - 1;  // (as the kernel: same parity)
+        const int64_t b0 = (int64_t)c0 * L::CB, start = (int64_t)row * rb + b0;
+        const int64_t nb = std::min<int64_t>((int64_t)nlive * L::CB, rb - b0);  // bytes of the row
+        mis[r] = rag || L::MIS ? (int)(start & 15) : 0;
+        if ((rag || L::MIS) && (mis[r] + nb + 15) / 16 * 16 > RS) { std::fprintf(stderr, "stage past RS\n"); return 4; }
+        std::memset(st + r * RS + mis[r], 0, (size_t)nlive * L::CB);  // the zero fill (read only past nb)
+        std::memcpy(st + r * RS + mis[r], w + start, (size_t)nb);
       }
       const auto chunk_of = [&](int g) { return c0 + (g % CPS < nlive ? g % CPS : 0); };
       std::vector<Rec> rcs(32 * GPC);
       for (int lane = 0; lane < 32; ++lane) {
-        const int g = lane >> 2, c = lane & 3;
-        const uint8_t* rg = st + (g / CPS) * RS + (chunk_of(g) - c0) * L::CB;
-        decode_chunk<T>(rg, rg + MT * RS, c, &rcs[lane * GPC]);
+        const int g = lane >> 2, c = lane & 3, r = g / CPS;
+        const uint8_t* rg = st + r * RS + mis[r] + (chunk_of(g) - c0) * L::CB;
+        const uint8_t* rg8 = st + (r + MT) * RS + mis[r + MT] + (chunk_of(g) - c0) * L::CB;
+        if (rag) decode_chunk<T, true>(rg, rg8, c, &rcs[lane * GPC]);
+        else decode_chunk<T>(rg, rg8, c, &rcs[lane * GPC]);
       }
       for (int q = 0; q < GPC; ++q) {
         float D[32][4] = {};
@@ -263,6 +284,7 @@ extern "C" int fast_matmul_stream(int t, const uint8_t* w, int R, long long rb, 
     case Q8_0: return run_stream<Q8_0>(w, R, rb, K, x, M, out);
     case Q4_K: return run_stream<Q4_K>(w, R, rb, K, x, M, out);
     case Q5_K: return run_stream<Q5_K>(w, R, rb, K, x, M, out);
+    case Q6_K: return run_stream<Q6_K>(w, R, rb, K, x, M, out);
     case IQ4_XS: return run_stream<IQ4_XS>(w, R, rb, K, x, M, out);
     case MXFP4: return run_stream<MXFP4>(w, R, rb, K, x, M, out);
   }

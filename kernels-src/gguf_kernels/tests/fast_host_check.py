@@ -63,16 +63,19 @@ def main():
                 bad += not ok
                 print(f"{name:7s} K={K:5d} M={M} U={U} rc={rc} rel={err:.2e} {'ok' if ok else 'FAIL'}")
     # gemv_stream_kernel's dense path (MT = 1, 2, 4, 8 tokens): odd R (a short last unit for every MT),
-    # one stage, several stages, and a short last stage for every MT < 8 (11 chunks)
+    # one stage, several stages, and a short last stage for every MT < 8 (11 chunks; Q6_K: stages
+    # 0, 4, 8 and 12 bytes past a 16-byte boundary). Then ragged rows (M = 1 only): not a multiple of
+    # 16 bytes, and K not a multiple of the chunk (a short, zero-filled last chunk); MXFP4 K = 2880
+    # (gpt-oss: 1530-byte rows, odd rows 2 bytes past 4-byte alignment) and 1600.
+    ragged = {"Q4_0": [1600, 2880], "Q8_0": [1600, 2880], "Q6_K": [3072], "IQ4_XS": [2816], "MXFP4": [1600, 2880]}
     for name in TYPES:
-        if name == "Q6_K":  # not on the stream path
-            continue
-        big = name in ("IQ4_XS", "MXFP4")
-        for K in ([2048, 4096, 5632] if big else [1024, 2048, 2816]):
+        big = name in ("Q6_K", "IQ4_XS", "MXFP4")
+        for K in ([2048, 4096, 5632] if big else [1024, 2048, 2816]) + ragged.get(name, []):
             R = 37
             packed = random_blocks(name, (R,), K, rng)
             w = dequantize(packed, QT[name]).reshape(R, K).astype(np.float64)
-            for M in (1, 2, 3, 4, 5, 8):
+            aligned = K % (256 if name in ("Q4_0", "Q8_0", "Q4_K", "Q5_K") else 512) == 0 and packed.shape[1] % 16 == 0
+            for M in (1, 2, 3, 4, 5, 8) if aligned else (1,):
                 x = rng.standard_normal((M, K)) * np.exp(rng.uniform(-6, 6, size=(M, K // 16)).repeat(16, axis=1))
                 x = bf16_round(x)
                 out = np.full((M, R), np.nan, np.float32)

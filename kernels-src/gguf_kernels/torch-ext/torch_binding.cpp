@@ -127,6 +127,16 @@ int moe_pairs_max() {
   static const int v = env_int("GGUF_KERNELS_MOE_PAIRS_MAX", 64);
   return v;
 }
+// Fewest pairs that are grouped by expert (tile kernel) rather than run on gemv_mma_kernel's pairs
+// when the stream kernel does not take them, or on the stream kernel when K is shorter than its
+// 8-chunk stage. Same-run A/Bs on the H200 (NOTES.md v9), T = 8: gpt-oss-20b's gate (32 pairs,
+// 1530-byte rows) 102 us grouped against 124 as pairs; Qwen3-30B-A3B's down projection (64 pairs,
+// K = 768: 3 chunks) Q4_K 36 grouped against 65 on the stream kernel, Q6_K 49 against 57 as pairs;
+// its gate (K = 2048, 8 chunks) stays on the stream kernel (28 against 39 grouped).
+int moe_group_min() {
+  static const int v = env_int("GGUF_KERNELS_MOE_GROUP_MIN", 32);
+  return v;
+}
 // Dense M served by the tile kernel, from same-run A/Bs on the H200 (NOTES.md v8). Against the
 // tensor-core small-M kernel: faster from M = 17 for every type, and from M = 9 for Q4_K and Q5_K
 // (1.05-1.36x at M = 12-16; 0.6-0.9x for MXFP4, IQ4_XS and Q8_0 on 4096 -> 14336). Against
@@ -322,23 +332,26 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
   a.ids = id.data_ptr(); a.ids64 = id.scalar_type() == at::kLong;
   const DType xt = dtype_code(x.scalar_type());
   const bool mma = use_mma(xt);
+  const bool tile = mma && tile_max_m(qtype) > 0;
   if (P <= moe_pairs_max()) {
     a.mode = gq::GEMV_PAIRS;
     if (mma) {  // the fast M = 1 kernel over all pairs at once, where it takes the case
-      const cudaError_t e = gq::launch_gemv_fast_moe_any((int)qtype, a, xt, (int)P, stream);
+      const cudaError_t e =
+          gq::launch_gemv_fast_moe_any((int)qtype, a, xt, (int)P, tile && P >= moe_group_min() ? 8 : 1, stream);
       if (e != cudaErrorNotSupported) {
         check_cuda(e, "moe_matmul (fast pairs)");
         return out;
       }
     }
-    check_cuda(mma ? dispatch_gemv_mma(qtype, a, xt, 8, P, stream) : dispatch_gemv(qtype, a, xt, 1, P, stream),
-               "moe_matmul (pairs)");
-    return out;
+    if (!tile || P < moe_group_min()) {
+      check_cuda(mma ? dispatch_gemv_mma(qtype, a, xt, 8, P, stream) : dispatch_gemv(qtype, a, xt, 1, P, stream),
+                 "moe_matmul (pairs)");
+      return out;
+    }
   }
   // Pairs grouped by expert. On the tile kernel, tiles of the mean pairs per hit expert (same-run A/B
   // on the H200: Qwen3-30B-A3B at T = 512, mean 32, took 150 us in tiles of 32 and 167 in tiles of
   // 64; gpt-oss-20b, mean 64: 386 us in tiles of 64 and 484 in tiles of 32).
-  const bool tile = mma && tile_max_m(qtype) > 0;
   const int mt = tile ? tile_tokens((P + std::min(E, P) - 1) / std::min(E, P), 64) : mma ? gq::MMA_MT : gq::GEMV_MT;
   const int64_t max_chunks = (P + mt - 1) / mt + E + 1;
   at::Tensor sorted = at::empty({P}, id.options().dtype(at::kInt));
