@@ -7,8 +7,10 @@ from test_kernels import random_packed, TYPES, qid, k_for, RAGGED
 k = kernel_loader.kernel_module(); rng = np.random.default_rng(0); dev = "cuda"
 for name in TYPES:
     q = qid(name)
-    # 2560 and 2048: rows the stream kernel takes (2048 for Q6_K, whose stages start 0-12 bytes past a 16-byte boundary)
-    for K in sorted({k_for(name), k_for(name, odd=True), 2560, 2048}):
+    # 2560, 2048 and 768: rows the stream kernel takes (2048 for Q6_K, whose stages start 0-12 bytes past a 16-byte
+    # boundary; 768: MoE pairs in stages of 4 chunks)
+    for K in sorted({k_for(name), k_for(name, odd=True), 2560, 2048, 768}):
+        print(name, K, flush=True)  # where the first error report falls
         w = random_packed(name, (37,), K, rng)
         k.dequantize(w, q, torch.bfloat16); k.get_rows(w, torch.tensor([[0, 36], [5, 7]], device=dev), q, torch.float32)
         for M in (1, 3, 8, 20, 70):
@@ -24,6 +26,7 @@ for name in TYPES:
         k.moe_matmul(torch.randn(1, K, device=dev, dtype=torch.bfloat16), e, torch.tensor([[3, -1]], device=dev), q)
     torch.cuda.synchronize()
 for name, K in RAGGED:  # the stream kernel's ragged rows: M = 1 (odd N) and MoE pairs (even N, an unroutable id)
+    print("ragged", name, K, flush=True)
     q = qid(name)
     k.matmul(torch.randn(1, K, device=dev, dtype=torch.bfloat16), random_packed(name, (37,), K, rng), q)
     e = random_packed(name, (5, 38), K, rng)

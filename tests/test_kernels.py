@@ -137,7 +137,7 @@ def test_matmul_stream(name, M, rng):
 
 
 RAGGED = [("Q4_0", 1600), ("Q4_0", 2880), ("Q8_0", 2880), ("IQ4_XS", 2816), ("Q6_K", 3072), ("MXFP4", 1600),
-          ("MXFP4", 2880)]
+          ("MXFP4", 2880), ("MXFP4", 768)]  # MXFP4 768: rows of 4k bytes, which the stream kernel declines
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
@@ -147,7 +147,7 @@ def test_stream_ragged_rows(name, K, dtype, rng):
     its own offset; MXFP4 K = 2880 is gpt-oss's 1530-byte rows, odd rows 2 bytes off 4-byte alignment)
     with K not a multiple of the kernel's 512-element chunk (a zero-filled short last chunk): odd N
     (the last row pair has one row), and MoE with unroutable ids; N = 75 experts of 4k + 2 bytes
-    (MXFP4) are declined to the older kernel."""
+    (MXFP4), and MXFP4 rows of 4k bytes (K = 768), are declined to the older kernels."""
     for N in (999, 1000):
         packed = random_packed(name, (N,), K, rng)
         x = torch.randn(1, K, device=DEV, dtype=dtype)
@@ -244,16 +244,18 @@ def test_moe_matmul(name, dtype, x3d, T, rng):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])
 def test_moe_matmul_fast_pairs(name, dtype, x3d, rng):
-    """Few pairs with K a multiple of the fast path's chunk and rows of whole 16-byte pieces (its M = 1
-    kernel over all pairs): odd N, repeated experts, and unroutable ids (-1, E) whose rows must be zeros."""
+    """Few pairs with K a multiple of the fast path's chunk and rows of whole 16-byte pieces (the stream
+    kernel over all pairs): 3-4 chunks (stages of 4 chunks, the MT = 2 mapping) and 8-16 (stages of 8
+    rows' chunks, MT = 1); odd N, repeated experts, and unroutable ids (-1, E) whose rows must be zeros."""
     E, N, T, top_k = 6, 75, 5, 3
-    K = 2048 if name == "Q6_K" else 1024
-    packed = random_packed(name, (E, N), K, rng)
-    w = ref_dequant(packed, name).double()
-    ids = torch.from_numpy(rng.integers(0, E, (T, top_k))).to(DEV)
-    ids[1, 2], ids[3, 0] = -1, E
-    x = torch.randn((T, top_k, K) if x3d else (T, K), device=DEV, dtype=dtype)
-    check_moe_with_unroutable(x, packed, w, ids, name, TOL[dtype])
+    ks = {"Q6_K": (2048, 6144), "IQ4_XS": (1536, 4096), "MXFP4": (1536, 4096)}.get(name, (768, 4096))
+    for K in ks:
+        packed = random_packed(name, (E, N), K, rng)
+        w = ref_dequant(packed, name).double()
+        ids = torch.from_numpy(rng.integers(0, E, (T, top_k))).to(DEV)
+        ids[1, 2], ids[3, 0] = -1, E
+        x = torch.randn((T, top_k, K) if x3d else (T, K), device=DEV, dtype=dtype)
+        check_moe_with_unroutable(x, packed, w, ids, name, TOL[dtype])
 
 
 @pytest.mark.parametrize("E, T", [(64, 1), (64, 40), (64, 400), (8, 120), (4, 150)])

@@ -300,17 +300,23 @@ __device__ __forceinline__ void kept_epilogue(const float (&e0)[DEF], const floa
 // is chunk a % CPS of row a / CPS, B column n chunk n % CPS of token n / CPS, so D[a][n] is kept where
 // the chunks agree: 16 * MT of the 16 x 8 products per mma instead of 16, for the same decode (MT = 8:
 // all of them, the 16-row tile of gemv_fast_kernel with its records in the CTA).
-// MOE (MT = 1): the units are (pair, row pair) over a.P (token, slot) pairs, each row pair read from its
+// MOE (MT = 1, 2): the units are (pair, 2 MT rows) over a.P (token, slot) pairs, each read from its
 // pair's expert and multiplied by its pair's x row (records for all a.nx x rows sit in shared memory).
+// MT = 2 there is the dense MT = 2 mapping with both tokens the pair's x row (stages of 4 chunks: for K
+// of at most 4 chunks, where MT = 1 would leave more than half the lanes without a chunk); the lanes of
+// token 0 store.
+// Registers: 96 (v6, v7: caps of 64-128 within 3% at M = 1); 128 for ragged rows and MoE's MT = 2,
+// whose MXFP4 / IQ4_XS decodes spill 50-150 bytes at 96 (a CTA of 16 warps is one per SM either way).
 // RAG (MT = 1): rows that are not a multiple of 16 bytes (gpt-oss's MXFP4 experts, K = 2880: 1530
 // bytes), and K not a multiple of the chunk: each row's stage is copied in the 16-byte pieces that
 // cover it, at its own offset; a short last chunk is zero-filled past the row's end and its missing
 // groups get the records of zero activations, so they add exact zeros.
 template <int T, typename XT, bool MOE, int MT, bool RAG>
-__global__ void __maxnreg__(RAG ? 128 : 96) gemv_stream_kernel(const FastArgs a) {
+__global__ void __maxnreg__(RAG || (MOE && MT == 2) ? 128 : 96) gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
   using R = StreamRecs<T>;
-  static_assert(MT == 1 || ((MT == 2 || MT == 4 || MT == 8) && !MOE && !RAG), "MT tokens: 1, 2, 4 or 8; MoE with 1");
+  static_assert(MT == 1 || (MT == 2 && !RAG) || ((MT == 4 || MT == 8) && !MOE && !RAG),
+                "MT tokens: 1, 2, 4 or 8; MoE with 1 or 2; ragged rows with 1");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
   const int RS = stream_rs<T, MT, RAG>(), STAGE = RPU * RS;
   const int GR = Prep<T>::gr(1);
@@ -478,8 +484,8 @@ __global__ void __maxnreg__(RAG ? 128 : 96) gemv_stream_kernel(const FastArgs a)
       rg = buf + cur * STAGE + (a0 & 15) + (ch - c0) * L::CB;
       rg8 = buf + cur * STAGE + RS + (a1 & 15) + (ch - c0) * L::CB;
     }
-    const uint8_t* Bp = xrec + rho * RB + (size_t)ch * R::bstride() + c * (8 * STEPS);
-    const uint8_t* Sp = xrec + tok * RB + (size_t)nch * R::bstride() + (size_t)ch * R::sstride();
+    const uint8_t* Bp = xrec + (MOE ? 0 : rho * RB) + (size_t)ch * R::bstride() + c * (8 * STEPS);
+    const uint8_t* Sp = xrec + (MOE ? 0 : tok * RB) + (size_t)nch * R::bstride() + (size_t)ch * R::sstride();
     const auto product = [&](int q, const uint32_t (&A)[2][4], float (&D)[4]) {
       uint32_t b[4] = {0u, 0u, 0u, 0u};
       if constexpr (STEPS == 2) {
@@ -545,7 +551,7 @@ __global__ void __maxnreg__(RAG ? 128 : 96) gemv_stream_kernel(const FastArgs a)
         const int r0 = row0 + rho, r1 = r0 + MT;
 #pragma unroll
         for (int e = 0; e < (MT == 8 ? 2 : 1); ++e) {  // MT = 8: acc = {(r0, tok), (r0, tok + 1), (r1, tok), (r1, tok + 1)}
-          if (MOE || tok + e < a.M) {
+          if (MOE ? tok == 0 : tok + e < a.M) {
             const int64_t o = obase + (int64_t)(tok + e) * a.out_stride;
             const float v0 = MT == 8 ? acc[e] : acc[0], v1 = MT == 8 ? acc[2 + e] : acc[1];
             if (r0 < N) store_out(a, o + r0, zero ? 0.f : v0);
@@ -582,9 +588,10 @@ bool rows_fit(int K, int64_t row_bytes) {
   }
 }
 // Ragged rows gemv_stream_kernel<..., RAG> takes at M = 1 (and MoE pairs): whole blocks, packed, rows and
-// experts starting 4-byte aligned, so its decoders' word alignments stay compile-time constants (MXFP4
-// rows of 4k + 2 bytes too: even rows stay 4-byte aligned, odd ones 2 bytes past, chunk_rows). Only the
-// types whose blocks are not a multiple of 16 bytes have such rows.
+// experts starting 4-byte aligned, so its decoders' word alignments stay compile-time constants; MXFP4
+// only rows of 4k + 2 bytes (K = 2880: even rows 4-byte aligned, odd ones 2 bytes past, chunk_ragged),
+// its rows of 4k bytes (K = 768) stay on gemv_mma_kernel. Only the types whose blocks are not a
+// multiple of 16 bytes have such rows.
 template <int T>
 constexpr bool may_rag() {
   return FT<T>::OK && Traits<T>::BYTES % 16 != 0;
@@ -595,7 +602,7 @@ bool rows_rag(int N, int K, int64_t row_bytes, int64_t expert_bytes) {
     return false;
   } else {
     return N >= 2 && K > 0 && K % Traits<T>::BLOCK == 0 && row_bytes == (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES &&
-           (row_bytes % 4 == 0 || (T == MXFP4 && row_bytes % 4 == 2)) && expert_bytes % 4 == 0;
+           row_bytes % 4 == (T == MXFP4 ? 2 : 0) && expert_bytes % 4 == 0;
   }
 }
 
@@ -910,13 +917,20 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     a.M = 1;
     a.ids = ga.ids; a.ids64 = ga.ids64; a.n_experts = ga.n_experts; a.P = P; a.x_div = ga.x_div; a.nx = nx;
     a.expert_bytes = ga.expert_bytes;
-    const int units = P * ((N + 1) / 2);
     const size_t fixed = recs + ((size_t)P * 4 + 15) / 16 * 16;
     if constexpr (may_rag<T>()) {
-      if (rag)
+      if (rag) {
+        const int units = P * ((N + 1) / 2);
         return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, true>(a, units, fixed, stream)
                                  : launch_stream<T, __half, true, 1, true>(a, units, fixed, stream);
+      }
     }
+    if (StreamRecs<T>::chunks(K) <= 4) {  // stages of 4 chunks (MT = 2 mapping)
+      const int units = P * ((N + 3) / 4);
+      return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 2, false>(a, units, fixed, stream)
+                               : launch_stream<T, __half, true, 2, false>(a, units, fixed, stream);
+    }
+    const int units = P * ((N + 1) / 2);
     return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, false>(a, units, fixed, stream)
                              : launch_stream<T, __half, true, 1, false>(a, units, fixed, stream);
   }

@@ -182,7 +182,7 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
   const int GPC = L::CE / L::GS, STEPS = L::STEPS, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
   if (M < 1 || M > 8 || K % Traits<T>::BLOCK || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES) return 2;
   const bool rag = K % L::CE || rb % 16;
-  if (rag && (M > 1 || R < 2 || !(rb % 4 == 0 || (T == MXFP4 && rb % 4 == 2)) || Traits<T>::BYTES % 16 == 0)) return 2;
+  if (rag && (M > 1 || R < 2 || rb % 4 != (T == MXFP4 ? 2 : 0) || Traits<T>::BYTES % 16 == 0)) return 2;
   const int MT = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : 8;
   const int CPS = 8 / MT, RPU = 2 * MT, RS = (CPS * L::CB + 15 + 15) / 16 * 16;
   const int nG = K / L::GS, nch = SR::chunks(K), nst = (nch + CPS - 1) / CPS;
