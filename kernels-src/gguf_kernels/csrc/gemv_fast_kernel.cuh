@@ -812,13 +812,14 @@ inline FastArgs fast_args(const GemvArgs& ga, DType xt) {
 template <int T>
 cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t stream) {
   const int M = ga.M;
-  if (M < 1 || M > stream_max_m() || knob_tile() || (xt != DType::BF16 && xt != DType::F16) ||
-      !(rows_fit<T>(ga.K, ga.row_bytes) || (M == 1 && rows_rag<T>(ga.N, ga.K, ga.row_bytes, 0))))
+  if (M < 1 || M > stream_max_m() || knob_tile() || (xt != DType::BF16 && xt != DType::F16))
     return cudaErrorNotSupported;
   const FastArgs a = fast_args(ga, xt);
-  if constexpr (may_rag<T>()) {
-    if (M == 1 && !rows_fit<T>(ga.K, ga.row_bytes) && rows_rag<T>(ga.N, ga.K, ga.row_bytes, 0))
-      return launch_stream_dense<T, 1, true>(a, xt, stream);
+  if (!rows_fit<T>(ga.K, ga.row_bytes)) {
+    if constexpr (may_rag<T>()) {
+      if (M == 1 && rows_rag<T>(ga.N, ga.K, ga.row_bytes, 0)) return launch_stream_dense<T, 1, true>(a, xt, stream);
+    }
+    return cudaErrorNotSupported;
   }
   return M == 1   ? launch_stream_dense<T, 1>(a, xt, stream)
          : M == 2 ? launch_stream_dense<T, 2>(a, xt, stream)
