@@ -196,7 +196,7 @@ def make_plan(types: list[str], ms: list[int], quick: bool, moe: bool,
                     continue
                 sel = [m for m in ms if m in (1, 8)]
             else:
-                sel = [m for m in ms if m in ((1, 8, 512) if name in ("Q4_0", "Q4_K", "Q8_0") else (1, 8))]
+                sel = [m for m in ms if m in ((1, 2, 4, 8, 512) if name in ("Q4_0", "Q4_K", "Q8_0") else (1, 8))]
             plan.append(("dense", name, K, N, sel, None))
     if moe:
         for label, K, N, E, k, shape_types in MOE_SHAPES:

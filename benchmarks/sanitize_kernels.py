@@ -24,6 +24,8 @@ for name in TYPES:
         k.matmul(torch.randn(20, 8192, device=dev, dtype=torch.bfloat16), random_packed(name, (37,), 8192, rng), q)  # split K
         e = random_packed(name, (40, 37), K, rng)  # 2 pairs on 40 experts, one unroutable
         k.moe_matmul(torch.randn(1, K, device=dev, dtype=torch.bfloat16), e, torch.tensor([[3, -1]], device=dev), q)
+    for M in (2, 4):  # the stream kernel's stages split over a CTA's warps
+        k.matmul(torch.randn(M, 8192, device=dev, dtype=torch.bfloat16), random_packed(name, (199,), 8192, rng), q)
     torch.cuda.synchronize()
 for name, K in RAGGED:  # the stream kernel's ragged rows: M = 1 (odd N) and MoE pairs (even N, an unroutable id)
     print("ragged", name, K, flush=True)

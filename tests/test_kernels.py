@@ -136,6 +136,21 @@ def test_matmul_stream(name, M, rng):
         assert err <= TOL[torch.bfloat16], f"{name} M={M} K={K}: rel err {err:.2e}"
 
 
+@pytest.mark.parametrize("M", [2, 3, 4])
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K", "IQ4_XS", "MXFP4"])
+def test_matmul_stream_split(name, M, rng):
+    """M = 2..4 with few units for the GPU: the stream kernel splits each CTA's stages over its warps,
+    and the warps that share a unit add into shared memory, the last one storing it (N = 199, K = 8192:
+    two to four warps a unit, the last unit one row short; N = 999, K = 4096: up to eight warps of one
+    stage each)."""
+    for N, K in ((199, 8192), (999, 4096)):
+        packed = random_packed(name, (N,), K, rng)
+        x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+        out = KMOD.matmul(x, packed, qid(name))
+        err = rel_err(out, x.double() @ ref_dequant(packed, name).double().T)
+        assert err <= TOL[torch.bfloat16], f"{name} M={M} N={N} K={K}: rel err {err:.2e}"
+
+
 RAGGED = [("Q4_0", 1600), ("Q4_0", 2880), ("Q8_0", 2880), ("IQ4_XS", 2816), ("Q6_K", 3072), ("MXFP4", 1600),
           ("MXFP4", 2880), ("MXFP4", 768)]  # MXFP4 768: rows of 4k bytes, which the stream kernel declines
 

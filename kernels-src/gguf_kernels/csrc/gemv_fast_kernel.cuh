@@ -59,6 +59,7 @@ struct FastArgs {
   int64_t out_stride;
   int out_bf16;
   int S;   // pipeline stages
+  int split;  // gemv_stream_kernel: each CTA's stages split evenly over its warps (units cut between them)
   int U;   // type chunks (FT<T>::CE elements) per stage: one row's bytes per stage are U * CB, contiguous
   int RS;  // shared-memory row stride (rs_bytes<T>(U))
   // MoE pairs (gemv_stream_kernel<..., true>): pair q multiplies x row q / x_div by expert ids[q] and
@@ -267,6 +268,10 @@ GQ_HD constexpr int stream_rs() {
   return RAG ? (B + 15 + 15) / 16 * 16 : FT<T>::MIS ? (B + 12 + 15) / 16 * 16 : B;
 }
 
+// Floats per unit of gemv_stream_kernel's split sums (MT = 2, 4): 2 MT rows x MT tokens, then the
+// stage count.
+GQ_HD constexpr int split_slot(int MT) { return 2 * MT * MT + 1; }
+
 // The kept lanes' epilogue of a run of DEF groups (gemv_stream_kernel, MT < 8): e = the kept D values,
 // f = the groups' scales (rows rho, rho + MT), h = their mins; sp = the run's first {sigma, -beta[, S]}.
 template <int DEF, bool HAS_MIN>
@@ -305,14 +310,16 @@ __device__ __forceinline__ void kept_epilogue(const float (&e0)[DEF], const floa
 // MT = 2 there is the dense MT = 2 mapping with both tokens the pair's x row (stages of 4 chunks: for K
 // of at most 4 chunks, where MT = 1 would leave more than half the lanes without a chunk); the lanes of
 // token 0 store.
-// Registers: 96 (v6, v7: caps of 64-128 within 3% at M = 1); 128 for ragged rows and MoE's MT = 2,
-// whose MXFP4 / IQ4_XS decodes spill 50-150 bytes at 96 (a CTA of 16 warps is one per SM either way).
+// Registers: 96 (v6, v7: caps of 64-128 within 3% at M = 1); 128 for ragged rows, MoE's MT = 2 and
+// the MT = 2, 4 forms of MXFP4, IQ4_XS and Q6_K, whose decodes spill 50-150 bytes at 96 (a CTA of 16
+// warps is one per SM either way; 128 for the other types' MT = 2 cost Q4_K 4%, v10).
 // RAG (MT = 1): rows that are not a multiple of 16 bytes (gpt-oss's MXFP4 experts, K = 2880: 1530
 // bytes), and K not a multiple of the chunk: each row's stage is copied in the 16-byte pieces that
 // cover it, at its own offset; a short last chunk is zero-filled past the row's end and its missing
 // groups get the records of zero activations, so they add exact zeros.
 template <int T, typename XT, bool MOE, int MT, bool RAG>
-__global__ void __maxnreg__(RAG || (MOE && MT == 2) ? 128 : 96) gemv_stream_kernel(const FastArgs a) {
+__global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && (T == MXFP4 || T == IQ4_XS || T == Q6_K)) ? 128 : 96)
+    gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
   using R = StreamRecs<T>;
   static_assert(MT == 1 || (MT == 2 && !RAG) || ((MT == 4 || MT == 8) && !MOE && !RAG),
@@ -332,10 +339,22 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) ? 128 : 96) gemv_stream_kern
   uint8_t* recs = smem;
   uint8_t* buf = recs + nx * RB + (size_t)warp * S * STAGE;
   int* sid = reinterpret_cast<int*>(recs + nx * RB + (size_t)WPC * S * STAGE);  // MOE: experts
+  // a.split (dense only, so after the stages): per unit of the CTA, the {RPU rows x MT tokens} sums of
+  // the warps that each read part of it, then the count of its stages added
+  constexpr int SLOT = split_slot(MT);
+  float* sums = reinterpret_cast<float*>(sid);
 
   const int hN = (N + RPU - 1) / RPU, units = MOE ? a.P * hN : hN;
   const int gw = blockIdx.x * WPC + warp, GW = gridDim.x * WPC;
-  const int total = (gw < units ? (units - 1 - gw) / GW + 1 : 0) * nst;  // stages this warp reads
+  // Warp gw reads units gw, gw + GW, ... whole; or, a.split, CTA b owns units [u0, u1) and its warps
+  // read equal runs of their stages [j0, j0 + total), the warps of a unit cut between them adding into
+  // `sums`, and the one that completes its stages storing it.
+  const bool split = (MT == 2 || MT == 4) && !MOE && a.split;  // (the launch splits only these)
+  const int u0 = split ? (int)((int64_t)blockIdx.x * units / gridDim.x) : 0;
+  const int u1 = split ? (int)((int64_t)(blockIdx.x + 1) * units / gridDim.x) : 0;
+  const int j0 = u0 * nst + (int)((int64_t)warp * (u1 - u0) * nst / WPC);
+  const int total = split ? u0 * nst + (int)((int64_t)(warp + 1) * (u1 - u0) * nst / WPC) - j0
+                          : (gw < units ? (units - 1 - gw) / GW + 1 : 0) * nst;  // stages this warp reads
   const XT* x = reinterpret_cast<const XT*>(a.x);
   const int nG = K / L::GS, nGp = nch * GPC;  // groups of K; with a short last chunk's padding (RAG)
   // group G of the x rows' padded groups as float (zeros for a token past M: M = 3 on MT = 4, never
@@ -370,16 +389,16 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) ? 128 : 96) gemv_stream_kern
     return w + (int64_t)(RPU * rp) * a.row_bytes;
   };
 
-  // the warp's stages in order (unit gw + j * GW, chunks CPS * s ...), the next one into buffer `st`:
-  // each warp-wide cp.async covers 512 contiguous bytes of one row
-  int is = 0, ip = gw, ii = 0;
+  // the warp's stages in order (unit gw + j * GW, chunks CPS * s ...; split: from stage j0 on), the
+  // next one into buffer `st`: each warp-wide cp.async covers 512 contiguous bytes of one row
+  int is = split ? j0 % nst : 0, ip = split ? j0 / nst : gw, ii = 0;
   const uint8_t* iw = a.w;
   int ilast = 0;  // last row of the unit that exists, counted from its first
   auto issue = [&](int st) {
     if (ii < total) {
-      if (is == 0) {
+      if (is == 0 || ii == 0) {
         iw = rows_of(ip);
-        ilast = min(RPU - 1, N - 1 - RPU * (ip % hN));
+        ilast = min(RPU - 1, N - 1 - RPU * (MOE ? ip % hN : ip));  // dense: ip < units = hN
       }
       const int b0 = CPS * is * L::CB, mis = L::MIS ? b0 & 15 : 0;
       const int nc = min(CPS, nch - CPS * is);
@@ -424,7 +443,7 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) ? 128 : 96) gemv_stream_kern
           if (r < RPU && pc < nP) cp16(d + r * RS + 16 * pc, s0 + (int64_t)min(r, ilast) * a.row_bytes + 16 * pc);
         }
       }
-      if (++is == nst) { is = 0; ip += GW; }
+      if (++is == nst) { is = 0; ip += split ? 1 : GW; }
       ++ii;
     }
   };
@@ -439,6 +458,9 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) ? 128 : 96) gemv_stream_kern
       R::group(v, G - xr * nGp, K, recs + xr * RB);
     }
   }
+  if (split) {
+    for (int i = threadIdx.x; i < SLOT * (u1 - u0); i += blockDim.x) sums[i] = 0.f;
+  }
   __syncthreads();
 
   // kept products: lane (g, c) holds columns 2c, 2c + 1; the one of chunk kap is element g & 1, when
@@ -446,7 +468,8 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) ? 128 : 96) gemv_stream_kern
   const bool keep = (2 * c) % CPS == (kap & ~1);
   const int tok = MT == 8 ? 2 * c : (2 * c + (g & 1)) / CPS;  // MT = 8: tokens 2c and 2c + 1
   float acc[MT == 8 ? 4 : 2] = {};  // (row rho, row rho + MT) x (tok[, tok + 1])
-  int cur = 0, s = 0, p = gw;  // buffer, stage of the unit, unit of stage i
+  int cur = 0, s = split ? j0 % nst : 0, p = split ? j0 / nst : gw;  // buffer, stage of the unit, unit of stage i
+  int s_head = s;  // the unit's first stage in this warp
   // the unit's x records, first row and output base
   const uint8_t* xrec = recs;
   const uint8_t* wrow = a.w;  // RAG: the unit's first row, whose address gives the stages' offsets
@@ -465,7 +488,7 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) ? 128 : 96) gemv_stream_kern
       row0 = RPU * u;
     }
   };
-  if (gw < units) unit_io(gw);
+  if (total > 0) unit_io(p);
   for (int i = 0; i < total; ++i) {
     wait_stages(S);
     __syncwarp();
@@ -537,8 +560,10 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) ? 128 : 96) gemv_stream_kern
     }
     __syncwarp();
     cur = cur + 1 == S ? 0 : cur + 1;
-    if (++s == nst) {  // the unit's last stage: sum over the lanes of one (row, token): chunks kap, and
-                       // columns c of the same token
+    const bool unit_end = ++s == nst;
+    if (unit_end || (split && i == total - 1)) {  // the unit's last stage (or the warp's): sum over the
+                                                  // lanes of one (row, token): chunks kap, and columns c
+                                                  // of the same token
       constexpr int RED = MT == 8 ? 0 : ((CPS - 1) << 2) | (CPS / 2 - 1);
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
@@ -547,7 +572,31 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) ? 128 : 96) gemv_stream_kern
           for (float& v : acc) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
         }
       }
-      if ((lane & RED) == 0) {
+      bool emit = true;
+      if constexpr (MT == 2 || MT == 4) {
+        if (split && !(unit_end && s_head == 0)) {  // a unit cut between warps: add; the last to add stores
+          float* us = sums + SLOT * (p - u0);
+          float* at[2] = {us + rho * MT + tok, us + (rho + MT) * MT + tok};  // acc's (row, token) slots
+          if ((lane & RED) == 0) {
+            atomicAdd(at[0], acc[0]);
+            atomicAdd(at[1], acc[1]);
+          }
+          __threadfence_block();
+          __syncwarp();
+          int last = 0;
+          if (lane == 0) {
+            const int done = s - s_head;
+            last = atomicAdd(reinterpret_cast<int*>(us + SLOT - 1), done) + done == nst;
+          }
+          emit = __shfl_sync(0xFFFFFFFFu, last, 0) != 0;
+          __threadfence_block();
+          if (emit && (lane & RED) == 0) {
+            acc[0] = *reinterpret_cast<volatile float*>(at[0]);
+            acc[1] = *reinterpret_cast<volatile float*>(at[1]);
+          }
+        }
+      }
+      if (emit && (lane & RED) == 0) {
         const int r0 = row0 + rho, r1 = r0 + MT;
 #pragma unroll
         for (int e = 0; e < (MT == 8 ? 2 : 1); ++e) {  // MT = 8: acc = {(r0, tok), (r0, tok + 1), (r1, tok), (r1, tok + 1)}
@@ -561,9 +610,11 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) ? 128 : 96) gemv_stream_kern
       }
 #pragma unroll
       for (float& v : acc) v = 0.f;
-      s = 0;
-      p += GW;
-      if (p < units) unit_io(p);
+      if (unit_end) {
+        s = s_head = 0;
+        p += split ? 1 : GW;
+        if (p < units) unit_io(p);
+      }
     }
   }
   wait_n<0>();
@@ -736,7 +787,10 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
 // stages, one wave of CTAs, the units spread evenly over just enough CTAs. WPC: the largest of 16, 8,
 // 4 whose shared memory fits, since every CTA builds its own records (NOTES.md v7, a sweep of 4 / 8 /
 // 16 warps x 2 / 3 stages: 16 warps in one CTA per SM beat 4 warps in five CTAs by 1-10% at M = 1
-// and 10-15% at M = 2, 4, though that means more rounds of units per warp; 3 stages no better).
+// and 10-15% at M = 2, 4, though that means more rounds of units per warp; 3 stages no better); or 19
+// at M = 1 for types under 8 bits a weight, where rounds x warps (the busiest SM's share) is smaller:
+// an SM runs its warps' stages at about a fixed rate, so 4096 -> 14336 (7168 units) in 3 rounds of
+// 19 warps on 126 SMs beats 4 rounds of 16 on 112 by 4-8% (NOTES.md v10; Q8_0, bound by DRAM, lost 3%).
 // Few units: fewer warps per CTA, one unit each, over more SMs. {0, ...}: the records do not fit, or
 // this kernel would lose to the tile kernel (v7 measurements): when fewer than half the warps that
 // fit have a unit and a unit is more than 16 stages (a warp's stages run one after another: 14336 ->
@@ -746,32 +800,57 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
 // the stages each warp then streams (Q6_K, same call against gemv_mma_kernel: 8 groups a thread and
 // 4 stages, 4096 -> 4096 at M = 4, 14.1 us against 11.2; 8 and 2, 4096 -> 1024 at M = 2, 9.2 against
 // 6.9; 7 and 7, 14336 -> 4096 at M = 2, 25.6 against 29.9).
-struct StreamChoice { int WPC, S, ctas; size_t smem; };
+struct StreamChoice { int WPC, S, ctas; size_t smem; int split; };
+inline bool knob_split_off() {
+  static const bool v = std::getenv("GGUF_KERNELS_FAST_SPLIT") && !env_knob("GGUF_KERNELS_FAST_SPLIT");
+  return v;
+}
 template <int T, typename XT, bool MOE, int MT, bool RAG>
 StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   const int sms = num_sms();
   const int S = knob_s() ? knob_s() : 2;
   const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * S * 2 * MT * stream_rs<T, MT, RAG>(); };
-  StreamChoice best{0, 0, 0, 0};
+  StreamChoice best{0, 0, 0, 0, 0};
   int best_rounds = 0, best_cap = 0;
-  for (int WPC : {16, 8, 4}) {
-    if (knob_w() && WPC != knob_w()) continue;
+  int64_t best_work = 0;  // rounds x warps per SM: the busiest SM's share of the units
+  for (int WPC : {19, 16, 8, 4}) {
+    if (knob_w() ? WPC != knob_w() : WPC == 19 && !(MT == 1 && FT<T>::CB < FT<T>::CE)) continue;
     const size_t smem = smem_for(WPC);
     const int n = smem > 200 * 1024 ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG>(WPC, smem);
     if (n <= 0) continue;
-    best_rounds = (units + n * sms * WPC - 1) / (n * sms * WPC);
+    const int rounds = (units + n * sms * WPC - 1) / (n * sms * WPC);
+    const int64_t work = (int64_t)rounds * WPC * n;
+    if (best.WPC && work >= best_work) break;
+    best_rounds = rounds;
     best_cap = n * sms * WPC;
-    best = {WPC, S, (units + best_rounds * WPC - 1) / (best_rounds * WPC), smem};
-    break;
+    best_work = work;
+    best = {WPC, S, (units + rounds * WPC - 1) / (rounds * WPC), smem, 0};
+    if (WPC != 19) break;
   }
-  if (best.WPC && best_rounds == 1 && units < best.WPC * sms) {  // few units: one per warp on more SMs
-    const int WPC = std::max(1, (units + sms - 1) / sms);
-    best = {WPC, S, (units + WPC - 1) / WPC, smem_for(WPC)};
+  int64_t per_warp = (int64_t)best_rounds * nst;  // stages of the busiest warp
+  if (best.WPC && best_rounds == 1 && units < best.WPC * sms) {
+    // Few units: fewer warps per CTA, a unit each, on more SMs; or, MT = 2 and 4 (NOTES.md v10), where
+    // that leaves at most 4 warps per SM or chains of 8 stages and more, all the warps, each CTA's stages
+    // split evenly over them, if that at least halves the busiest warp's chain (MT = 8 lost 4-35% split,
+    // MT = 2 with 8 warps of 4 stages 11%).
+    const int few = std::max(1, (units + sms - 1) / sms);
+    const int64_t items = (int64_t)units * nst;
+    const int W = (int)std::min<int64_t>(best.WPC, (items + sms - 1) / sms);  // on as many SMs as there are
+    const int G = (int)std::min<int64_t>({best_cap / best.WPC, (items + W - 1) / W, units});  // CTAs
+    const size_t smem = smem_for(W) + sizeof(float) * split_slot(MT) * ((units + G - 1) / G);
+    const int64_t pw = (items + (int64_t)G * W - 1) / ((int64_t)G * W);
+    if ((MT == 2 || MT == 4) && !MOE && !knob_split_off() && (few <= 4 || nst >= 8) && nst >= 2 * pw &&
+        smem <= 200 * 1024 && stream_ctas_per_sm<T, XT, MOE, MT, RAG>(W, smem) * sms >= G) {
+      best = {W, S, G, smem, 1};
+      per_warp = pw;
+    } else {
+      best = {few, S, (units + few - 1) / few, smem_for(few), 0};
+    }
   }
   if (!best.WPC) return best;
   const int per_thread = (groups + 32 * best.WPC - 1) / (32 * best.WPC);  // records each thread builds
-  if ((2 * units < best_cap && nst > 16) || per_thread > 8 || (per_thread > 4 && per_thread > best_rounds * nst))
-    return StreamChoice{0, 0, 0, 0};
+  if ((!best.split && 2 * units < best_cap && nst > 16) || per_thread > 8 || (per_thread > 4 && per_thread > per_warp))
+    return StreamChoice{0, 0, 0, 0, 0};
   return best;
 }
 
@@ -781,6 +860,7 @@ cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stre
   const StreamChoice ch = choose_stream<T, XT, MOE, MT, RAG>(units, fixed, nst, (MOE ? a.nx : MT) * nch * (FT<T>::CE / FT<T>::GS));
   if (!ch.WPC) return cudaErrorNotSupported;
   a.S = ch.S;
+  a.split = ch.split;
   gemv_stream_kernel<T, XT, MOE, MT, RAG><<<ch.ctas, 32 * ch.WPC, ch.smem, stream>>>(a);
   return cudaGetLastError();
 }
