@@ -175,8 +175,15 @@ static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M
 // aligned: Q6_K's from the 16-byte boundary below the stage; ragged rows (M = 1, rows_rag) each at its
 // own offset, zero-filled past the row's end to the end of the stage's chunks; bytes no copy writes
 // hold 0xFF (NaN as an fp16 scale), so a decode that reaches them shows.
+// ctas > 0 (MT = 2, 4): the kernel's split launch (a.split) with `ctas` CTAs of `wpc` warps: CTA b owns
+// units [b U / ctas, (b + 1) U / ctas), its warps equal runs of their stages; a warp's part of a unit
+// cut between warps is lane-summed and added into the unit's slots with its count of stages, and the
+// warp that completes the count stores the slots. The warps of a CTA run here one after another, in
+// reverse order for odd b, so that the completing warp is sometimes the first. Each output must be
+// stored exactly once.
 template <int T>
-static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M, float* out) {
+static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M, float* out, int ctas = 0,
+                      int wpc = 0) {
   using L = FT<T>;
   using SR = StreamRecs<T>;
   const int GPC = L::CE / L::GS, STEPS = L::STEPS, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
@@ -184,6 +191,7 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
   const bool rag = K % L::CE || rb % 16;
   if (rag && (M > 1 || R < 2 || rb % 4 != (T == MXFP4 ? 2 : 0) || Traits<T>::BYTES % 16 == 0)) return 2;
   const int MT = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : 8;
+  if (ctas > 0 && (MT == 1 || MT == 8 || rag || wpc < 1)) return 2;
   const int CPS = 8 / MT, RPU = 2 * MT, RS = (CPS * L::CB + 15 + 15) / 16 * 16;
   const int nG = K / L::GS, nch = SR::chunks(K), nst = (nch + CPS - 1) / CPS;
   const size_t RB = SR::bytes(K) + (MT == 8 ? 64 : 0);  // stream_rec_stride<T, MT>
@@ -196,66 +204,68 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
   std::vector<uint8_t> stage_mem(RPU * RS + 16);
   uint8_t* st = reinterpret_cast<uint8_t*>(((uintptr_t)stage_mem.data() + 15) & ~(uintptr_t)15);
   std::vector<int> mis(RPU);  // where each row's stage starts in its buffer
-  // the kernel's lane sum: xor shuffles over RED, stored by the lanes with (lane & RED) == 0
   const int RED = MT == 8 ? 0 : ((CPS - 1) << 2) | (CPS / 2 - 1);
-  for (int row0 = 0; row0 < R; row0 += RPU) {
-    float acc[32][4] = {};  // MT < 8: (row rho, row rho + MT) x tok; MT = 8: x (2c, 2c + 1)
-    for (int s = 0; s < nst; ++s) {
-      const int c0 = CPS * s, nlive = nch - c0 < CPS ? nch - c0 : CPS;
-      std::memset(st, 0xFF, (size_t)RPU * RS);
-      for (int r = 0; r < RPU; ++r) {
-        const int row = row0 + r < R ? row0 + r : rag ? row0 - 1 : R - 1;  // (as the kernel: same parity)
-        const int64_t b0 = (int64_t)c0 * L::CB, start = (int64_t)row * rb + b0;
-        const int64_t nb = std::min<int64_t>((int64_t)nlive * L::CB, rb - b0);  // bytes of the row
-        mis[r] = rag || L::MIS ? (int)(start & 15) : 0;
-        if ((rag || L::MIS) && (mis[r] + nb + 15) / 16 * 16 > RS) { std::fprintf(stderr, "stage past RS\n"); return 4; }
-        std::memset(st + r * RS + mis[r], 0, (size_t)nlive * L::CB);  // the zero fill (read only past nb)
-        std::memcpy(st + r * RS + mis[r], w + start, (size_t)nb);
-      }
-      const auto chunk_of = [&](int g) { return c0 + (g % CPS < nlive ? g % CPS : 0); };
-      std::vector<Rec> rcs(32 * GPC);
+  float acc[32][4];  // MT < 8: (row rho, row rho + MT) x tok; MT = 8: x (2c, 2c + 1)
+  // stage s of the unit at row0, into acc (false: a stage would overrun its buffer)
+  const auto stage = [&](int row0, int s) -> bool {
+    const int c0 = CPS * s, nlive = nch - c0 < CPS ? nch - c0 : CPS;
+    std::memset(st, 0xFF, (size_t)RPU * RS);
+    for (int r = 0; r < RPU; ++r) {
+      const int row = row0 + r < R ? row0 + r : rag ? row0 - 1 : R - 1;  // (as the kernel: same parity)
+      const int64_t b0 = (int64_t)c0 * L::CB, start = (int64_t)row * rb + b0;
+      const int64_t nb = std::min<int64_t>((int64_t)nlive * L::CB, rb - b0);  // bytes of the row
+      mis[r] = rag || L::MIS ? (int)(start & 15) : 0;
+      if ((rag || L::MIS) && (mis[r] + nb + 15) / 16 * 16 > RS) { std::fprintf(stderr, "stage past RS\n"); return false; }
+      std::memset(st + r * RS + mis[r], 0, (size_t)nlive * L::CB);  // the zero fill (read only past nb)
+      std::memcpy(st + r * RS + mis[r], w + start, (size_t)nb);
+    }
+    const auto chunk_of = [&](int g) { return c0 + (g % CPS < nlive ? g % CPS : 0); };
+    std::vector<Rec> rcs(32 * GPC);
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane >> 2, c = lane & 3, r = g / CPS;
+      const uint8_t* rg = st + r * RS + mis[r] + (chunk_of(g) - c0) * L::CB;
+      const uint8_t* rg8 = st + (r + MT) * RS + mis[r + MT] + (chunk_of(g) - c0) * L::CB;
+      if (rag) decode_chunk<T, true>(rg, rg8, c, &rcs[lane * GPC]);
+      else decode_chunk<T>(rg, rg8, c, &rcs[lane * GPC]);
+    }
+    for (int q = 0; q < GPC; ++q) {
+      float D[32][4] = {};
+      mma_group(&rcs[q], GPC, STEPS, D, [&](int g, int c) -> const uint8_t* {
+        return recs.data() + (g / CPS) * RB + (size_t)chunk_of(g) * SR::bstride() + q * BREC + c * (8 * STEPS);
+      });
       for (int lane = 0; lane < 32; ++lane) {
-        const int g = lane >> 2, c = lane & 3, r = g / CPS;
-        const uint8_t* rg = st + r * RS + mis[r] + (chunk_of(g) - c0) * L::CB;
-        const uint8_t* rg8 = st + (r + MT) * RS + mis[r + MT] + (chunk_of(g) - c0) * L::CB;
-        if (rag) decode_chunk<T, true>(rg, rg8, c, &rcs[lane * GPC]);
-        else decode_chunk<T>(rg, rg8, c, &rcs[lane * GPC]);
-      }
-      for (int q = 0; q < GPC; ++q) {
-        float D[32][4] = {};
-        mma_group(&rcs[q], GPC, STEPS, D, [&](int g, int c) -> const uint8_t* {
-          return recs.data() + (g / CPS) * RB + (size_t)chunk_of(g) * SR::bstride() + q * BREC + c * (8 * STEPS);
-        });
-        for (int lane = 0; lane < 32; ++lane) {
-          const int g = lane >> 2, c = lane & 3, kap = g % CPS;
-          const Rec& rc = rcs[lane * GPC + q];
-          const uint8_t* Sp = srecs + (size_t)chunk_of(g) * SR::sstride() + q * GR;
-          float* a = acc[lane];
-          if (MT == 8) {  // every product: rows g, g + 8 x tokens 2c, 2c + 1
-            const float* s0 = reinterpret_cast<const float*>(Sp + 2 * c * RB);
-            const float* s1 = reinterpret_cast<const float*>(Sp + (2 * c + 1) * RB);
-            a[0] = std::fmaf(rc.sg, std::fmaf(s0[0], D[lane][0], s0[1]), a[0]);
-            a[1] = std::fmaf(rc.sg, std::fmaf(s1[0], D[lane][1], s1[1]), a[1]);
-            a[2] = std::fmaf(rc.sg8, std::fmaf(s0[0], D[lane][2], s0[1]), a[2]);
-            a[3] = std::fmaf(rc.sg8, std::fmaf(s1[0], D[lane][3], s1[1]), a[3]);
-            if (L::HAS_MIN) {
-              a[0] = std::fmaf(rc.og, s0[4], a[0]);
-              a[1] = std::fmaf(rc.og, s1[4], a[1]);
-              a[2] = std::fmaf(rc.og8, s0[4], a[2]);
-              a[3] = std::fmaf(rc.og8, s1[4], a[3]);
-            }
-          } else if ((2 * c) % CPS == (kap & ~1) && kap < nlive) {  // element g & 1, token (2c + (g & 1)) / CPS
-            const float* sb = reinterpret_cast<const float*>(Sp + (2 * c + (g & 1)) / CPS * RB);
-            a[0] = std::fmaf(rc.sg, std::fmaf(sb[0], D[lane][g & 1], sb[1]), a[0]);
-            a[1] = std::fmaf(rc.sg8, std::fmaf(sb[0], D[lane][2 + (g & 1)], sb[1]), a[1]);
-            if (L::HAS_MIN) {
-              a[0] = std::fmaf(rc.og, sb[4], a[0]);
-              a[1] = std::fmaf(rc.og8, sb[4], a[1]);
-            }
+        const int g = lane >> 2, c = lane & 3, kap = g % CPS;
+        const Rec& rc = rcs[lane * GPC + q];
+        const uint8_t* Sp = srecs + (size_t)chunk_of(g) * SR::sstride() + q * GR;
+        float* a = acc[lane];
+        if (MT == 8) {  // every product: rows g, g + 8 x tokens 2c, 2c + 1
+          const float* s0 = reinterpret_cast<const float*>(Sp + 2 * c * RB);
+          const float* s1 = reinterpret_cast<const float*>(Sp + (2 * c + 1) * RB);
+          a[0] = std::fmaf(rc.sg, std::fmaf(s0[0], D[lane][0], s0[1]), a[0]);
+          a[1] = std::fmaf(rc.sg, std::fmaf(s1[0], D[lane][1], s1[1]), a[1]);
+          a[2] = std::fmaf(rc.sg8, std::fmaf(s0[0], D[lane][2], s0[1]), a[2]);
+          a[3] = std::fmaf(rc.sg8, std::fmaf(s1[0], D[lane][3], s1[1]), a[3]);
+          if (L::HAS_MIN) {
+            a[0] = std::fmaf(rc.og, s0[4], a[0]);
+            a[1] = std::fmaf(rc.og, s1[4], a[1]);
+            a[2] = std::fmaf(rc.og8, s0[4], a[2]);
+            a[3] = std::fmaf(rc.og8, s1[4], a[3]);
+          }
+        } else if ((2 * c) % CPS == (kap & ~1) && kap < nlive) {  // element g & 1, token (2c + (g & 1)) / CPS
+          const float* sb = reinterpret_cast<const float*>(Sp + (2 * c + (g & 1)) / CPS * RB);
+          a[0] = std::fmaf(rc.sg, std::fmaf(sb[0], D[lane][g & 1], sb[1]), a[0]);
+          a[1] = std::fmaf(rc.sg8, std::fmaf(sb[0], D[lane][2 + (g & 1)], sb[1]), a[1]);
+          if (L::HAS_MIN) {
+            a[0] = std::fmaf(rc.og, sb[4], a[0]);
+            a[1] = std::fmaf(rc.og8, sb[4], a[1]);
           }
         }
       }
     }
+    return true;
+  };
+  // the kernel's lane sum: xor shuffles over RED
+  const auto lane_sums = [&]() {
     for (int o = 16; o > 0; o >>= 1) {
       if (!(RED & o)) continue;
       float prev[32][4];
@@ -263,30 +273,84 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
       for (int lane = 0; lane < 32; ++lane)
         for (int e = 0; e < 4; ++e) acc[lane][e] = prev[lane][e] + prev[lane ^ o][e];
     }
+  };
+  // f(r0, r1, tok, v0, v1) for the storing lanes ((lane & RED) == 0) and their tokens below M
+  const auto each_out = [&](int row0, auto&& f) {
     for (int lane = 0; lane < 32; ++lane) {
       if (lane & RED) continue;
       const int g = lane >> 2, c = lane & 3, r0 = row0 + g / CPS, r1 = r0 + MT;
       const int tok = MT == 8 ? 2 * c : (2 * c + (g & 1)) / CPS;
-      for (int e = 0; e < (MT == 8 ? 2 : 1); ++e) {
-        if (tok + e >= M) continue;
-        if (r0 < R) out[(size_t)(tok + e) * R + r0] = MT == 8 ? acc[lane][e] : acc[lane][0];
-        if (r1 < R) out[(size_t)(tok + e) * R + r1] = MT == 8 ? acc[lane][2 + e] : acc[lane][1];
+      for (int e = 0; e < (MT == 8 ? 2 : 1); ++e)
+        if (tok + e < M) f(r0, r1, tok + e, MT == 8 ? acc[lane][e] : acc[lane][0], MT == 8 ? acc[lane][2 + e] : acc[lane][1]);
+    }
+  };
+  std::vector<int> stored((size_t)M * R, 0);
+  const auto store = [&](int r0, int r1, int tok, float v0, float v1) {
+    if (r0 < R) { out[(size_t)tok * R + r0] = v0; ++stored[(size_t)tok * R + r0]; }
+    if (r1 < R) { out[(size_t)tok * R + r1] = v1; ++stored[(size_t)tok * R + r1]; }
+  };
+  const int units = (R + RPU - 1) / RPU;
+  if (ctas == 0) {
+    for (int u = 0; u < units; ++u) {
+      std::memset(acc, 0, sizeof(acc));
+      for (int s = 0; s < nst; ++s)
+        if (!stage(RPU * u, s)) return 4;
+      lane_sums();
+      each_out(RPU * u, store);
+    }
+  } else {
+    const int SLOT = 2 * MT * MT + 1;
+    for (int b = 0; b < ctas; ++b) {
+      const int u0 = (int)((int64_t)b * units / ctas), u1 = (int)((int64_t)(b + 1) * units / ctas);
+      std::vector<float> sums((size_t)SLOT * (u1 - u0), 0.f);
+      for (int k = 0; k < wpc; ++k) {
+        const int warp = b & 1 ? wpc - 1 - k : k;
+        const int j0 = u0 * nst + (int)((int64_t)warp * (u1 - u0) * nst / wpc);
+        const int total = u0 * nst + (int)((int64_t)(warp + 1) * (u1 - u0) * nst / wpc) - j0;
+        int p = j0 / nst, s = j0 % nst, s_head = s;
+        std::memset(acc, 0, sizeof(acc));
+        for (int i = 0; i < total; ++i) {
+          if (!stage(RPU * p, s)) return 4;
+          const bool unit_end = ++s == nst;
+          if (!unit_end && i != total - 1) continue;
+          lane_sums();
+          if (unit_end && s_head == 0) {
+            each_out(RPU * p, store);
+          } else {  // slots (row rho [+ MT], token): the kernel's at[0], at[1]
+            float* us = sums.data() + (size_t)SLOT * (p - u0);
+            each_out(RPU * p, [&](int r0, int, int tok, float v0, float v1) {
+              const int rho = r0 - RPU * p;
+              us[rho * MT + tok] += v0;
+              us[(rho + MT) * MT + tok] += v1;
+            });
+            us[SLOT - 1] += (float)(s - s_head);
+            if (us[SLOT - 1] == (float)nst)
+              each_out(RPU * p, [&](int r0, int r1, int tok, float, float) {
+                const int rho = r0 - RPU * p;
+                store(r0, r1, tok, us[rho * MT + tok], us[(rho + MT) * MT + tok]);
+              });
+          }
+          std::memset(acc, 0, sizeof(acc));
+          if (unit_end) { s = s_head = 0; ++p; }
+        }
       }
     }
   }
+  for (int v : stored)
+    if (v != 1) { std::fprintf(stderr, "an output stored %d times\n", v); return 5; }
   return 0;
 }
 
 extern "C" int fast_matmul_stream(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M,
-                                  float* out) {
+                                  float* out, int ctas, int wpc) {
   switch (t) {
-    case Q4_0: return run_stream<Q4_0>(w, R, rb, K, x, M, out);
-    case Q8_0: return run_stream<Q8_0>(w, R, rb, K, x, M, out);
-    case Q4_K: return run_stream<Q4_K>(w, R, rb, K, x, M, out);
-    case Q5_K: return run_stream<Q5_K>(w, R, rb, K, x, M, out);
-    case Q6_K: return run_stream<Q6_K>(w, R, rb, K, x, M, out);
-    case IQ4_XS: return run_stream<IQ4_XS>(w, R, rb, K, x, M, out);
-    case MXFP4: return run_stream<MXFP4>(w, R, rb, K, x, M, out);
+    case Q4_0: return run_stream<Q4_0>(w, R, rb, K, x, M, out, ctas, wpc);
+    case Q8_0: return run_stream<Q8_0>(w, R, rb, K, x, M, out, ctas, wpc);
+    case Q4_K: return run_stream<Q4_K>(w, R, rb, K, x, M, out, ctas, wpc);
+    case Q5_K: return run_stream<Q5_K>(w, R, rb, K, x, M, out, ctas, wpc);
+    case Q6_K: return run_stream<Q6_K>(w, R, rb, K, x, M, out, ctas, wpc);
+    case IQ4_XS: return run_stream<IQ4_XS>(w, R, rb, K, x, M, out, ctas, wpc);
+    case MXFP4: return run_stream<MXFP4>(w, R, rb, K, x, M, out, ctas, wpc);
   }
   return 1;
 }

@@ -38,6 +38,21 @@ def build(out_dir):
     return lib
 
 
+def check_stream(lib, name, packed, w, K, x, R, label, ctas=0, wpc=0):
+    """fast_matmul_stream against x @ w.T (w: gguf-py's dequantization); prints and returns ok."""
+    M = x.shape[0]
+    out = np.full((M, R), np.nan, np.float32)
+    rc = lib.fast_matmul_stream(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
+                                ctypes.c_longlong(packed.shape[1]), K,
+                                np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
+                                M, out.ctypes.data_as(ctypes.c_void_p), ctas, wpc)
+    ref = x.astype(np.float64) @ w.T
+    err = np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30) if rc == 0 else float("nan")
+    ok = rc == 0 and np.isfinite(out).all() and err < 5e-5
+    print(f"{label} rc={rc} rel={err:.2e} {'ok' if ok else 'FAIL'}")
+    return ok
+
+
 def main():
     tmp = tempfile.mkdtemp()
     lib = ctypes.CDLL(build(tmp))
@@ -79,15 +94,22 @@ def main():
                 x = rng.standard_normal((M, K)) * np.exp(rng.uniform(-6, 6, size=(M, K // 16)).repeat(16, axis=1))
                 x = bf16_round(x)
                 out = np.full((M, R), np.nan, np.float32)
-                rc = lib.fast_matmul_stream(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
-                                            ctypes.c_longlong(packed.shape[1]), K,
-                                            np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
-                                            M, out.ctypes.data_as(ctypes.c_void_p))
-                ref = x.astype(np.float64) @ w.T
-                err = np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30) if rc == 0 else float("nan")
-                ok = rc == 0 and np.isfinite(out).all() and err < 5e-5
-                bad += not ok
-                print(f"{name:7s} K={K:5d} M={M} stream rc={rc} rel={err:.2e} {'ok' if ok else 'FAIL'}")
+                bad += not check_stream(lib, name, packed, w, K, x, R, f"{name:7s} K={K:5d} M={M} stream")
+    # gemv_stream_kernel's split launch (M = 2..4): CTAs of a few warps splitting their units' stages,
+    # so units are cut between up to 8 warps, CTAs own unequal numbers of units, some warps have no
+    # stage (3 CTAs x 16 warps), the warp that completes a unit is not always the last one in order,
+    # and (11 chunks; Q6_K's rows of 16-byte pieces allow no short stage) the last stage of every unit
+    # is short.
+    for name in TYPES:
+        for K in {"Q6_K": [4096, 6144], "IQ4_XS": [4096, 5632], "MXFP4": [4096, 5632]}.get(name, [4096, 2816]):
+            R = 37
+            packed = random_blocks(name, (R,), K, rng)
+            w = dequantize(packed, QT[name]).reshape(R, K).astype(np.float64)
+            for M in (2, 3, 4):
+                x = bf16_round(rng.standard_normal((M, K)) * np.exp(rng.uniform(-6, 6, size=(M, K // 16)).repeat(16, axis=1)))
+                for ctas, wpc in ((1, 8), (3, 16), (4, 3), (7, 2)):
+                    bad += not check_stream(lib, name, packed, w, K, x, R,
+                                            f"{name:7s} K={K:5d} M={M} split {ctas}x{wpc}", ctas, wpc)
     print("host check:", "FAILED" if bad else "all ok")
     return 1 if bad else 0
 
