@@ -386,6 +386,24 @@ __device__ __forceinline__ void unit_frags(const uint8_t* pg, const uint8_t* pg8
   }
 }
 
+// One unit on the tensor cores: its A fragments (unit_frags) times token group t's B fragment
+// b(t, q) of each tile q that holds elements (q < 2 or full), for t < groups, into acc[t][q % QN].
+template <int T, typename XT, int NT, int QN, class BF>
+__device__ __forceinline__ void unit_mma(const uint8_t* pg, const uint8_t* pg8, int uu, int c, bool full, int groups,
+                                         BF&& b, float (&acc)[NT][QN][4]) {
+  uint32_t af[4][4];
+  unit_frags<T, XT>(pg, pg8, uu, c, full, af);
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+    if (q < 2 || full)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        if (t < groups) {
+          const uint2 bv = b(t, q);
+          mma_m16n8k16<XT>(acc[t][q % QN], af[q][0], af[q][1], af[q][2], af[q][3], bv.x, bv.y);
+        }
+}
+
 template <int T>
 struct MmaGeom {
   static constexpr int CE = 256;                                       // elements per chunk (4 units)
@@ -529,14 +547,7 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs a) {
             if (xok[t] && (q < 2 || full))
               xv[t][q] = __ldg(reinterpret_cast<const uint2*>(xp[t] + U * 64 + 16 * q));
           }
-        uint32_t af[4][4];
-        unit_frags<T, XT>(pg, pg8, uu, c, full, af);
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-          if (q < 2 || full)
-#pragma unroll
-            for (int t = 0; t < NT; ++t)
-              mma_m16n8k16<XT>(acc[t][q], af[q][0], af[q][1], af[q][2], af[q][3], xv[t][q].x, xv[t][q].y);
+        unit_mma<T, XT, NT>(pg, pg8, uu, c, full, NT, [&](int t, int q) { return xv[t][q]; }, acc);
       }
     }
     __syncwarp();

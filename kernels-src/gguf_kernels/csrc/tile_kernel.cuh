@@ -6,7 +6,7 @@
 // Per stage of 256 elements the CTA copies its rows' bytes (16-byte pieces over the chunk rounded
 // out to 16-byte boundaries, so every block keeps its file alignment modulo 16) and the tile's
 // activations into shared memory with cp.async, S stages deep. Every warp decodes its 16 rows
-// once per unit (unit_frags, the fragments gemv_mma_kernel uses) and multiplies them with each
+// once per unit (unit_mma, as gemv_mma_kernel) and multiplies them with each
 // group of 8 tokens that holds a token, reading x from shared memory. So a weight is decoded once
 // per 8NT tokens and an activation read from memory once per 16W rows (gemv_mma_kernel: once per
 // 16 rows, which made x, not the weights, most of its traffic). Where the rows and tiles give too
@@ -144,17 +144,9 @@ __global__ void __launch_bounds__(32 * TILE_WARPS) tile_kernel(const GemvArgs a,
       const int U = ch * 4 + uu;
       if (U < nunits) {
         const bool full = !BLOCK32 || U * 64 + 64 <= K;
-        uint32_t af[4][4];
-        unit_frags<T, XT>(pg, pg8, uu, c, full, af);
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-          if (q < 2 || full)
-#pragma unroll
-            for (int t = 0; t < NT; ++t)
-              if (t < groups) {
-                const uint2 b = *reinterpret_cast<const uint2*>(xs + t * 8 * XPITCH + (uu * 64 + 16 * q) * 2);
-                mma_m16n8k16<XT>(acc[t][q % QA], af[q][0], af[q][1], af[q][2], af[q][3], b.x, b.y);
-              }
+        unit_mma<T, XT, NT>(pg, pg8, uu, c, full, groups, [&](int t, int q) {
+          return *reinterpret_cast<const uint2*>(xs + t * 8 * XPITCH + (uu * 64 + 16 * q) * 2);
+        }, acc);
       }
     }
   }
