@@ -626,6 +626,8 @@ inline int env_knob(const char* name) {
   const char* v = std::getenv(name);
   return v ? std::atoi(v) : 0;
 }
+// A default-on path's switch: off when `name` is set to 0.
+inline bool env_off(const char* name) { return std::getenv(name) && !env_knob(name); }
 
 // Rows both kernels here take: whole chunks of K, packed, a multiple of 16 bytes long (so every row,
 // and every stage of the stream kernel but Q6_K's, starts 16-byte aligned).
@@ -802,7 +804,7 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
 // 6.9; 7 and 7, 14336 -> 4096 at M = 2, 25.6 against 29.9).
 struct StreamChoice { int WPC, S, ctas; size_t smem; int split; };
 inline bool knob_split_off() {
-  static const bool v = std::getenv("GGUF_KERNELS_FAST_SPLIT") && !env_knob("GGUF_KERNELS_FAST_SPLIT");
+  static const bool v = env_off("GGUF_KERNELS_FAST_SPLIT");
   return v;
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG>
@@ -976,7 +978,7 @@ cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scra
 // it off.
 constexpr size_t kMoeRecBytes = 64 * 1024, kMoeRagRecBytes = 32 * 1024;
 inline bool knob_moe_off() {
-  static const bool v = std::getenv("GGUF_KERNELS_FAST_MOE") && !env_knob("GGUF_KERNELS_FAST_MOE");
+  static const bool v = env_off("GGUF_KERNELS_FAST_MOE");
   return v;
 }
 template <int T>
