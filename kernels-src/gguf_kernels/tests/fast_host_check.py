@@ -38,19 +38,24 @@ def build(out_dir):
     return lib
 
 
+def report(label, rc, out, x, w):
+    """A host model's out against x @ w.T (w: gguf-py's dequantization); prints and returns ok."""
+    ref = x.astype(np.float64) @ w.T
+    err = np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30) if rc == 0 else float("nan")
+    ok = rc == 0 and np.isfinite(out).all() and err < 5e-5
+    print(f"{label} rc={rc} rel={err:.2e} {'ok' if ok else 'FAIL'}")
+    return ok
+
+
 def check_stream(lib, name, packed, w, K, x, R, label, ctas=0, wpc=0):
-    """fast_matmul_stream against x @ w.T (w: gguf-py's dequantization); prints and returns ok."""
+    """fast_matmul_stream (ctas > 0: its split launch) against gguf-py."""
     M = x.shape[0]
     out = np.full((M, R), np.nan, np.float32)
     rc = lib.fast_matmul_stream(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
                                 ctypes.c_longlong(packed.shape[1]), K,
                                 np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
                                 M, out.ctypes.data_as(ctypes.c_void_p), ctas, wpc)
-    ref = x.astype(np.float64) @ w.T
-    err = np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30) if rc == 0 else float("nan")
-    ok = rc == 0 and np.isfinite(out).all() and err < 5e-5
-    print(f"{label} rc={rc} rel={err:.2e} {'ok' if ok else 'FAIL'}")
-    return ok
+    return report(label, rc, out, x, w)
 
 
 def main():
@@ -72,11 +77,7 @@ def main():
                                      ctypes.c_longlong(packed.shape[1]), K,
                                      np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p), M,
                                      out.ctypes.data_as(ctypes.c_void_p), U)
-                ref = x.astype(np.float64) @ w.T
-                err = np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30) if rc == 0 else float("nan")
-                ok = rc == 0 and np.isfinite(out).all() and err < 5e-5
-                bad += not ok
-                print(f"{name:7s} K={K:5d} M={M} U={U} rc={rc} rel={err:.2e} {'ok' if ok else 'FAIL'}")
+                bad += not report(f"{name:7s} K={K:5d} M={M} U={U}", rc, out, x, w)
     # gemv_stream_kernel's dense path (MT = 1, 2, 4, 8 tokens): odd R (a short last unit for every MT),
     # one stage, several stages, and a short last stage for every MT < 8 (11 chunks; Q6_K: stages
     # 0, 4, 8 and 12 bytes past a 16-byte boundary). Then ragged rows (M = 1 only): not a multiple of
