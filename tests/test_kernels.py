@@ -59,6 +59,14 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
+def check_matmul_bf16(name: str, M: int, N: int, K: int, rng) -> None:
+    """matmul of fresh random blocks [N, K] by bf16 x [M, K] against gguf-py's dequantization."""
+    packed = random_packed(name, (N,), K, rng)
+    x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+    err = rel_err(KMOD.matmul(x, packed, qid(name)), x.double() @ ref_dequant(packed, name).double().T)
+    assert err <= TOL[torch.bfloat16], f"{name} M={M} N={N} K={K}: rel err {err:.2e}"
+
+
 def k_for(name: str, odd: bool = False) -> int:
     """A K that is awkward for the kernel: not a multiple of its 512-element chunk; for 32-element
     blocks with `odd`, not even a multiple of 64."""
@@ -129,11 +137,7 @@ def test_matmul_stream(name, M, rng):
     K = 2048 is 4 chunks of 512 (a short stage at M = 1); Q6_K's stages at M = 3..8 start 4, 8 or 12
     bytes past a 16-byte boundary; K = 6144 gives 12 chunks (two stages at M = 1, the second short)."""
     for K in (2048, 6144):
-        packed = random_packed(name, (999,), K, rng)
-        x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
-        out = KMOD.matmul(x, packed, qid(name))
-        err = rel_err(out, x.double() @ ref_dequant(packed, name).double().T)
-        assert err <= TOL[torch.bfloat16], f"{name} M={M} K={K}: rel err {err:.2e}"
+        check_matmul_bf16(name, M, 999, K, rng)
 
 
 @pytest.mark.parametrize("M", [2, 3, 4])
@@ -144,11 +148,7 @@ def test_matmul_stream_split(name, M, rng):
     two to four warps a unit, the last unit one row short; N = 999, K = 4096: up to eight warps of one
     stage each)."""
     for N, K in ((199, 8192), (999, 4096)):
-        packed = random_packed(name, (N,), K, rng)
-        x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
-        out = KMOD.matmul(x, packed, qid(name))
-        err = rel_err(out, x.double() @ ref_dequant(packed, name).double().T)
-        assert err <= TOL[torch.bfloat16], f"{name} M={M} N={N} K={K}: rel err {err:.2e}"
+        check_matmul_bf16(name, M, N, K, rng)
 
 
 RAGGED = [("Q4_0", 1600), ("Q4_0", 2880), ("Q8_0", 2880), ("IQ4_XS", 2816), ("Q6_K", 3072), ("MXFP4", 1600),
@@ -183,12 +183,7 @@ def test_matmul_split_k(name, M, rng):
     """Few rows, long rows: the tile kernel splits K over 8 CTAs (fp32 partial sums, then a reduce);
     35 chunks of 256 leave the last split empty, and for the 32-element types the last chunk is
     a half unit (K % 64 == 32)."""
-    K = 8704 if name.endswith("_K") else 8736
-    packed = random_packed(name, (300,), K, rng)
-    x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
-    out = KMOD.matmul(x, packed, qid(name))
-    err = rel_err(out, x.double() @ ref_dequant(packed, name).double().T)
-    assert err <= TOL[torch.bfloat16], f"{name} M={M}: rel err {err:.2e}"
+    check_matmul_bf16(name, M, 300, 8704 if name.endswith("_K") else 8736, rng)
 
 
 def test_matmul_batched_leading_dims(rng):
