@@ -134,6 +134,8 @@ template <> struct FT<Q4_0> {
       f(j, A, f16v(b), f16v(b8), 0.f, 0.f);
     }
   }
+  // group G's scale (and min term) of the chunk at ch, as chunk() passes them
+  static GQ_HD void scale(const uint8_t* ch, int G, float& s, float& o) { s = f16v(ch + 18 * G); o = 0.f; }
 };
 
 template <> struct FT<Q8_0> {
@@ -162,6 +164,7 @@ template <> struct FT<Q8_0> {
       f(j, A, f16v(b), f16v(b8), 0.f, 0.f);
     }
   }
+  static GQ_HD void scale(const uint8_t* ch, int G, float& s, float& o) { s = f16v(ch + 34 * G); o = 0.f; }
 };
 
 // Nibble-table types: lane c's word holds elements 4c+i (lo) and 16+4c+i (hi) of a 32-element group.
@@ -208,6 +211,7 @@ template <> struct FT<MXFP4> : FTLut {
       f(j, A, e8m0_half(b[0]), e8m0_half(b8[0]), 0.f, 0.f);
     }
   }
+  static GQ_HD void scale(const uint8_t* ch, int G, float& s, float& o) { s = e8m0_half(ch[17 * G]); o = 0.f; }
 };
 
 template <> struct FT<IQ4_XS> : FTLut {
@@ -229,6 +233,13 @@ template <> struct FT<IQ4_XS> : FTLut {
         f(8 * s + ib, A, d * (float)(ls - 32), d8 * (float)(ls8 - 32), 0.f, 0.f);
       }
     }
+  }
+  static GQ_HD void scale(const uint8_t* ch, int G, float& s, float& o) {
+    const uint8_t* b = ch + 136 * (G >> 3);
+    const int ib = G & 7;
+    const int ls = ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 0xF) | (((int)(u16_at(b + 2) >> (2 * ib)) & 3) << 4);
+    s = f16v(b) * (float)(ls - 32);
+    o = 0.f;
   }
 };
 
@@ -302,6 +313,14 @@ template <int T> struct FTK {  // Q4_K (QH = false) and Q5_K (QH = true)
       }
     }
   }
+  // sub-block G's d * scale and -(dmin * min) (get_scale_min_k4 on the 12 scale bytes at ch + 4)
+  static GQ_HD void scale(const uint8_t* ch, int G, float& s, float& o) {
+    const uint8_t* q = ch + 4;
+    const int sc = G < 4 ? q[G] & 63 : (q[G + 4] & 0xF) | ((q[G - 4] >> 6) << 4);
+    const int mn = G < 4 ? q[G + 4] & 63 : (q[G + 4] >> 4) | ((q[G] >> 6) << 4);
+    s = f16v(ch) * (float)sc;
+    o = -(f16v(ch + 2) * (float)mn);
+  }
 };
 template <> struct FT<Q4_K> : FTK<Q4_K> {};
 template <> struct FT<Q5_K> : FTK<Q5_K> {};
@@ -358,6 +377,11 @@ template <> struct FT<Q6_K> {
   template <class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
     sb<0>(rg, rg8, c, 0, f);
     sb<2>(rg + 210, rg8 + 210, c, 16, f);
+  }
+  static GQ_HD void scale(const uint8_t* ch, int G, float& s, float& o) {
+    const uint8_t* b = ch + 210 * (G >> 4);
+    s = f16v(b + 208) * (float)(int8_t)b[192 + (G & 15)];
+    o = 0.f;
   }
 };
 

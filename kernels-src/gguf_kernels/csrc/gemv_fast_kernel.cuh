@@ -317,13 +317,14 @@ __device__ __forceinline__ void kept_epilogue(const float (&e0)[DEF], const floa
 // bytes), and K not a multiple of the chunk: each row's stage is copied in the 16-byte pieces that
 // cover it, at its own offset; a short last chunk is zero-filled past the row's end and its missing
 // groups get the records of zero activations, so they add exact zeros.
-template <int T, typename XT, bool MOE, int MT, bool RAG>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && (T == MXFP4 || T == IQ4_XS || T == Q6_K)) ? 128 : 96)
     gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
   using R = StreamRecs<T>;
   static_assert(MT == 1 || (MT == 2 && !RAG) || ((MT == 4 || MT == 8) && !MOE && !RAG),
                 "MT tokens: 1, 2, 4 or 8; MoE with 1 or 2; ragged rows with 1");
+  static_assert(!ONE || (MT == 2 && !MOE && !RAG), "one kept value a lane: M = 1 on the MT = 2 geometry");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
   const int RS = stream_rs<T, MT, RAG>(), STAGE = RPU * RS;
   const int GR = Prep<T>::gr(1);
@@ -335,7 +336,7 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
   const int N = a.N, K = a.K, S = a.S;
   const int nch = R::chunks(K), nst = (nch + CPS - 1) / CPS;
   const size_t RB = stream_rec_stride<T, MT>(K);  // one x row's records
-  const int nx = MOE ? a.nx : MT;
+  const int nx = MOE ? a.nx : ONE ? 1 : MT;
   uint8_t* recs = smem;
   uint8_t* buf = recs + nx * RB + (size_t)warp * S * STAGE;
   int* sid = reinterpret_cast<int*>(recs + nx * RB + (size_t)WPC * S * STAGE);  // MOE: experts
@@ -349,7 +350,7 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
   // Warp gw reads units gw, gw + GW, ... whole; or, a.split, CTA b owns units [u0, u1) and its warps
   // read equal runs of their stages [j0, j0 + total), the warps of a unit cut between them adding into
   // `sums`, and the one that completes its stages storing it.
-  const bool split = (MT == 2 || MT == 4) && !MOE && a.split;  // (the launch splits only these)
+  const bool split = (MT == 2 || MT == 4) && !MOE && !ONE && a.split;  // (the launch splits only these)
   const int u0 = split ? (int)((int64_t)blockIdx.x * units / gridDim.x) : 0;
   const int u1 = split ? (int)((int64_t)(blockIdx.x + 1) * units / gridDim.x) : 0;
   const int j0 = u0 * nst + (int)((int64_t)warp * (u1 - u0) * nst / WPC);
@@ -436,6 +437,18 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
             cp16(d + RS + 16 * pc, s1 + 16 * pc);
           }
         }
+      } else if constexpr (ONE) {  // the M = 1 form's copies over 4 rows: every row a contiguous run
+        const uint8_t* sr[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) sr[r] = s0 + (int64_t)min(r, ilast) * a.row_bytes;
+#pragma unroll
+        for (int k = 0; k < (NPF + 31) / 32; ++k) {
+          const int pc = lane + 32 * k;
+          if (pc < nP) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) cp16(d + r * RS + 16 * pc, sr[r] + 16 * pc);
+          }
+        }
       } else {
 #pragma unroll
         for (int k = 0; k < (RPU * NPF + 31) / 32; ++k) {
@@ -466,6 +479,7 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
   // kept products: lane (g, c) holds columns 2c, 2c + 1; the one of chunk kap is element g & 1, when
   // it is there; its token is (2c + (g & 1)) / CPS
   const bool keep = (2 * c) % CPS == (kap & ~1);
+  const int one_t = c ^ kap;  // ONE: the lane's role
   const int tok = MT == 8 ? 2 * c : (2 * c + (g & 1)) / CPS;  // MT = 8: tokens 2c and 2c + 1
   float acc[MT == 8 ? 4 : 2] = {};  // (row rho, row rho + MT) x (tok[, tok + 1])
   int cur = 0, s = split ? j0 % nst : 0, p = split ? j0 / nst : gw;  // buffer, stage of the unit, unit of stage i
@@ -508,14 +522,21 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
       rg8 = buf + cur * STAGE + RS + (a1 & 15) + (ch - c0) * L::CB;
     }
     const uint8_t* Bp = xrec + (MOE ? 0 : rho * RB) + (size_t)ch * R::bstride() + c * (8 * STEPS);
-    const uint8_t* Sp = xrec + (MOE ? 0 : tok * RB) + (size_t)nch * R::bstride() + (size_t)ch * R::sstride();
+    const uint8_t* Bo = Bp;  // ONE: column g of odd groups
+    if constexpr (ONE) {  // column g holds chunk (g >> 1) ^ (g & 1) in even groups, that ^ 2 in odd ones
+      const int ne = (g >> 1) ^ (g & 1), no = ne ^ 2;
+      Bp = xrec + (size_t)(c0 + (ne < nch - c0 ? ne : 0)) * R::bstride() + c * (8 * STEPS);
+      Bo = xrec + (size_t)(c0 + (no < nch - c0 ? no : 0)) * R::bstride() + c * (8 * STEPS);
+    }
+    const uint8_t* Sp = xrec + (MOE || ONE ? 0 : tok * RB) + (size_t)nch * R::bstride() + (size_t)ch * R::sstride();
     const auto product = [&](int q, const uint32_t (&A)[2][4], float (&D)[4]) {
       uint32_t b[4] = {0u, 0u, 0u, 0u};
+      const uint8_t* Bq = (ONE && (q & 1) ? Bo : Bp) + q * R::BREC;
       if constexpr (STEPS == 2) {
-        const uint4 r = *reinterpret_cast<const uint4*>(Bp + q * R::BREC);
+        const uint4 r = *reinterpret_cast<const uint4*>(Bq);
         b[0] = r.x; b[1] = r.y; b[2] = r.z; b[3] = r.w;
       } else {
-        const uint2 r = *reinterpret_cast<const uint2*>(Bp + q * R::BREC);
+        const uint2 r = *reinterpret_cast<const uint2*>(Bq);
         b[0] = r.x; b[1] = r.y;
       }
       mma16816_z(D, A[0], b[0], b[1]);
@@ -538,6 +559,31 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
           acc[1] = fmaf(og, S1, acc[1]);
           acc[2] = fmaf(og8, S0, acc[2]);
           acc[3] = fmaf(og8, S1, acc[3]);
+        }
+      });
+    } else if constexpr (ONE) {  // each pair of groups' products, then the lane's one kept value of each
+                                 // pair: role t = c ^ kap, D[0] (row rho) or D[3] (row rho + 2) of the
+                                 // even group (t < 2) or the odd one; its scale read by the lane itself
+      // in runs of DEF groups as below (Q6_K's 32 a chunk: 8), which L::chunk gives in any order within
+      // a run (Q6_K: its even groups first) but each run before the next; the last one's index ends it
+      constexpr int DEF = GPC > 16 ? 8 : GPC;
+      float ev[DEF / 2];
+      const uint8_t* myc = (one_t & 1) ? rg8 : rg;
+      L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
+        float D[4];
+        product(q, A, D);
+        const float v = (one_t & 1) ? D[3] : D[0];
+        if ((q & 1) == (one_t >> 1)) ev[(q % DEF) >> 1] = v;
+        if (q % DEF == DEF - 1 && live) {
+#pragma unroll
+          for (int j = 0; j < DEF / 2; ++j) {
+            const int G = q - (DEF - 1) + 2 * j + (one_t >> 1);
+            float sg, og;
+            L::scale(myc, G, sg, og);
+            const float2 sb = *reinterpret_cast<const float2*>(Sp + G * GR);
+            acc[0] = fmaf(sg, fmaf(sb.x, ev[j], sb.y), acc[0]);
+            if constexpr (L::HAS_MIN) acc[0] = fmaf(og, *reinterpret_cast<const float*>(Sp + G * GR + 16), acc[0]);
+          }
         }
       });
     } else {  // a run of DEF groups' products first, then the kept ones' epilogue (L::chunk produces the
@@ -565,6 +611,13 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
                                                   // lanes of one (row, token): chunks kap, and columns c
                                                   // of the same token
       constexpr int RED = MT == 8 ? 0 : ((CPS - 1) << 2) | (CPS / 2 - 1);
+      if constexpr (ONE) {  // a row's 8 lanes: lane bit 4 and bit 0 ^ bit 2 fixed
+        for (int o : {2, 8, 5}) acc[0] += __shfl_xor_sync(0xFFFFFFFFu, acc[0], o);
+        if ((lane & ~17) == 0) {  // lanes 0, 16, 1, 17: rows 0, 1, 2, 3
+          const int r = row0 + (g >> 2) + 2 * ((c ^ g) & 1);
+          if (r < N) store_out(a, r, acc[0]);
+        }
+      } else {
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
         if (RED & o) {
@@ -607,6 +660,7 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
             if (r1 < N) store_out(a, o + r1, zero ? 0.f : v1);
           }
         }
+      }
       }
 #pragma unroll
       for (float& v : acc) v = 0.f;
@@ -765,7 +819,7 @@ Choice choose(int N, int K, int M, int sms) {
 // Resident CTAs per SM of gemv_stream_kernel<T, XT, MOE, MT> with WPC warps and `smem` bytes: registers,
 // shared memory and threads, from the function's and the device's attributes (read once). The shared
 // memory carve-out is set to its largest so that this count holds.
-template <int T, typename XT, bool MOE, int MT, bool RAG>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 int stream_ctas_per_sm(int WPC, size_t smem) {
   static int regs = 0, sm_regs = 0, sm_smem = 0, reserved = 0, sm_threads = 0;
   if (!regs) {
@@ -775,7 +829,7 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
     cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
     cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
     cudaDeviceGetAttribute(&sm_threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev);
-    const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG>;
+    const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     cudaFuncAttributes fa;
@@ -802,32 +856,34 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
 // the stages each warp then streams (Q6_K, same call against gemv_mma_kernel: 8 groups a thread and
 // 4 stages, 4096 -> 4096 at M = 4, 14.1 us against 11.2; 8 and 2, 4096 -> 1024 at M = 2, 9.2 against
 // 6.9; 7 and 7, 14336 -> 4096 at M = 2, 25.6 against 29.9).
-struct StreamChoice { int WPC, S, ctas; size_t smem; int split; };
+struct StreamChoice { int WPC, S, ctas; size_t smem; int split; int64_t work; };  // work: the busiest SM's stages
 inline bool knob_split_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_SPLIT");
   return v;
 }
-template <int T, typename XT, bool MOE, int MT, bool RAG>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   const int sms = num_sms();
   const int S = knob_s() ? knob_s() : 2;
   const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * S * 2 * MT * stream_rs<T, MT, RAG>(); };
-  StreamChoice best{0, 0, 0, 0, 0};
+  StreamChoice best{0, 0, 0, 0, 0, 0};
   int best_rounds = 0, best_cap = 0;
   int64_t best_work = 0;  // rounds x warps per SM: the busiest SM's share of the units
-  for (int WPC : {19, 16, 8, 4}) {
-    if (knob_w() ? WPC != knob_w() : WPC == 19 && !(MT == 1 && FT<T>::CB < FT<T>::CE)) continue;
+  constexpr bool M1 = (MT == 1 || ONE) && FT<T>::CB < FT<T>::CE;  // 19 (ONE: 14 too) warps considered
+  for (int WPC : {19, 16, 14, 8, 4}) {
+    if (knob_w() ? WPC != knob_w() : (WPC == 19 && !M1) || (WPC == 14 && !ONE)) continue;
     const size_t smem = smem_for(WPC);
-    const int n = smem > 200 * 1024 ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG>(WPC, smem);
+    const int n = smem > 200 * 1024 ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE>(WPC, smem);
     if (n <= 0) continue;
     const int rounds = (units + n * sms * WPC - 1) / (n * sms * WPC);
     const int64_t work = (int64_t)rounds * WPC * n;
-    if (best.WPC && work >= best_work) break;
-    best_rounds = rounds;
-    best_cap = n * sms * WPC;
-    best_work = work;
-    best = {WPC, S, (units + rounds * WPC - 1) / (rounds * WPC), smem, 0};
-    if (WPC != 19) break;
+    if (!best.WPC || work < best_work) {
+      best_rounds = rounds;
+      best_cap = n * sms * WPC;
+      best_work = work;
+      best = {WPC, S, (units + rounds * WPC - 1) / (rounds * WPC), smem, 0, work * nst};
+    }
+    if (WPC != 19 && !(ONE && WPC == 16)) break;
   }
   int64_t per_warp = (int64_t)best_rounds * nst;  // stages of the busiest warp
   if (best.WPC && best_rounds == 1 && units < best.WPC * sms) {
@@ -842,29 +898,54 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
     const size_t smem = smem_for(W) + sizeof(float) * split_slot(MT) * ((units + G - 1) / G);
     const int64_t pw = (items + (int64_t)G * W - 1) / ((int64_t)G * W);
     if ((MT == 2 || MT == 4) && !MOE && !knob_split_off() && (few <= 4 || nst >= 8) && nst >= 2 * pw &&
-        smem <= 200 * 1024 && stream_ctas_per_sm<T, XT, MOE, MT, RAG>(W, smem) * sms >= G) {
-      best = {W, S, G, smem, 1};
+        smem <= 200 * 1024 && stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE>(W, smem) * sms >= G) {
+      best = {W, S, G, smem, 1, pw * W};
       per_warp = pw;
     } else {
-      best = {few, S, (units + few - 1) / few, smem_for(few), 0};
+      best = {few, S, (units + few - 1) / few, smem_for(few), 0, (int64_t)nst * few};
     }
   }
   if (!best.WPC) return best;
   const int per_thread = (groups + 32 * best.WPC - 1) / (32 * best.WPC);  // records each thread builds
   if ((!best.split && 2 * units < best_cap && nst > 16) || per_thread > 8 || (per_thread > 4 && per_thread > per_warp))
-    return StreamChoice{0, 0, 0, 0, 0};
+    return StreamChoice{0, 0, 0, 0, 0, 0};
   return best;
 }
 
-template <int T, typename XT, bool MOE, int MT, bool RAG>
-cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
+StreamChoice stream_choice(const FastArgs& a, int units, size_t fixed) {
   const int nch = StreamRecs<T>::chunks(a.K), nst = (nch + 8 / MT - 1) / (8 / MT);
-  const StreamChoice ch = choose_stream<T, XT, MOE, MT, RAG>(units, fixed, nst, (MOE ? a.nx : MT) * nch * (FT<T>::CE / FT<T>::GS));
+  return choose_stream<T, XT, MOE, MT, RAG, ONE>(units, fixed, nst,
+                                                 (MOE ? a.nx : ONE ? 1 : MT) * nch * (FT<T>::CE / FT<T>::GS));
+}
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
+cudaError_t launch_choice(FastArgs a, const StreamChoice& ch, cudaStream_t stream) {
   if (!ch.WPC) return cudaErrorNotSupported;
   a.S = ch.S;
   a.split = ch.split;
-  gemv_stream_kernel<T, XT, MOE, MT, RAG><<<ch.ctas, 32 * ch.WPC, ch.smem, stream>>>(a);
+  gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE><<<ch.ctas, 32 * ch.WPC, ch.smem, stream>>>(a);
   return cudaGetLastError();
+}
+template <int T, typename XT, bool MOE, int MT, bool RAG>
+cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
+  return launch_choice<T, XT, MOE, MT, RAG>(a, stream_choice<T, XT, MOE, MT, RAG>(a, units, fixed), stream);
+}
+// M = 1 on aligned rows: the MT = 1 form (row pairs, a stage of 8 chunks) or ONE (4 rows, 4 chunks a stage,
+// one kept value a lane), whichever gives the busiest SM fewer stages (ties: MT = 1, unless ONE keeps at
+// least 12 warps an SM: fewer instructions a stage); GGUF_KERNELS_FAST_ONE=0: MT = 1 only.
+inline bool knob_one_off() {
+  static const bool v = std::getenv("GGUF_KERNELS_FAST_ONE") && !env_knob("GGUF_KERNELS_FAST_ONE");
+  return v;
+}
+template <int T, typename XT>
+cudaError_t launch_stream_m1(const FastArgs& a, cudaStream_t stream) {
+  const StreamChoice old = stream_choice<T, XT, false, 1, false>(a, (a.N + 1) / 2, stream_rec_stride<T, 1>(a.K));
+  if (!knob_one_off()) {
+    const StreamChoice one = stream_choice<T, XT, false, 2, false, true>(a, (a.N + 3) / 4, stream_rec_stride<T, 2>(a.K));
+    if (one.WPC && (!old.WPC || one.work < old.work || (one.work == old.work && one.WPC >= 12)))
+      return launch_choice<T, XT, false, 2, false, true>(a, one, stream);
+  }
+  return launch_choice<T, XT, false, 1, false>(a, old, stream);
 }
 
 // M <= stream_max_m() (default 8) goes to gemv_stream_kernel (MT = 1, 2, 4 or 8 tokens) unless
@@ -903,8 +984,8 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
     }
     return cudaErrorNotSupported;
   }
-  return M == 1   ? launch_stream_dense<T, 1>(a, xt, stream)
-         : M == 2 ? launch_stream_dense<T, 2>(a, xt, stream)
+  if (M == 1) return xt == DType::BF16 ? launch_stream_m1<T, __nv_bfloat16>(a, stream) : launch_stream_m1<T, __half>(a, stream);
+  return M == 2   ? launch_stream_dense<T, 2>(a, xt, stream)
          : M <= 4 ? launch_stream_dense<T, 4>(a, xt, stream)
                   : launch_stream_dense<T, 8>(a, xt, stream);
 }

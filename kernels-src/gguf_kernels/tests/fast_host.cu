@@ -341,6 +341,98 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
   return 0;
 }
 
+// gemv_stream_kernel<..., ONE> (M = 1 on the MT = 2 geometry, kept in step by hand): units of 4 rows, a
+// stage 4 chunks of each; lane (g, c) decodes chunk kap = g % 4 of rows g / 4 and g / 4 + 2; B's column
+// g holds chunk (g >> 1) ^ (g & 1) in even groups and that ^ 2 in odd ones; role t = c ^ kap keeps
+// D[0] (t = 0, 2) or D[3] (t = 1, 3) of the even (t < 2) or odd group of each pair, scaled by
+// FT<T>::scale of its own row and group; the lane sums are xor shuffles 2, 8, 5, stored by lanes 0,
+// 16, 1, 17 (rows 0..3). Aligned rows only (K a multiple of the chunk, rows of 16-byte pieces).
+template <int T>
+static int run_stream_one(const uint8_t* w, int R, int64_t rb, int K, const float* x, float* out) {
+  using L = FT<T>;
+  using SR = StreamRecs<T>;
+  const int GPC = L::CE / L::GS, STEPS = L::STEPS, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
+  if (K % L::CE || rb % 16 || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES) return 2;
+  const int CPS = 4, RPU = 4, RS = (CPS * L::CB + 12 + 15) / 16 * 16;
+  const int nch = SR::chunks(K), nst = (nch + CPS - 1) / CPS;
+  std::vector<uint8_t> recs(SR::bytes(K), 0xCD);
+  for (int G = 0; G < nch * GPC; ++G) SR::group(x + (size_t)G * L::GS, G, K, recs.data());
+  const uint8_t* srecs = recs.data() + (size_t)nch * SR::bstride();
+  std::vector<uint8_t> stage_mem(RPU * RS + 16);
+  uint8_t* st = reinterpret_cast<uint8_t*>(((uintptr_t)stage_mem.data() + 15) & ~(uintptr_t)15);
+  std::vector<int> stored(R, 0);
+  for (int row0 = 0; row0 < R; row0 += RPU) {
+    float acc[32] = {};
+    for (int s = 0; s < nst; ++s) {
+      const int c0 = CPS * s, nlive = nch - c0 < CPS ? nch - c0 : CPS;
+      const int mis = L::MIS ? (int)(((int64_t)c0 * L::CB) & 15) : 0;
+      std::memset(st, 0xFF, (size_t)RPU * RS);
+      for (int r = 0; r < RPU; ++r) {
+        const int row = row0 + r < R ? row0 + r : R - 1;
+        std::memcpy(st + r * RS + mis, w + (int64_t)row * rb + (int64_t)c0 * L::CB, (size_t)nlive * L::CB);
+      }
+      const auto live_chunk = [&](int k) { return c0 + (k < nlive ? k : 0); };
+      std::vector<Rec> rcs(32 * GPC);
+      const uint8_t* rg[32];
+      const uint8_t* rg8[32];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, c = lane & 3, rho = g / 4, kap = g % 4;
+        rg[lane] = st + rho * RS + mis + (live_chunk(kap) - c0) * L::CB;
+        rg8[lane] = rg[lane] + 2 * RS;
+        decode_chunk<T>(rg[lane], rg8[lane], c, &rcs[lane * GPC]);
+      }
+      std::vector<float> D((size_t)GPC * 32 * 4);
+      for (int q = 0; q < GPC; ++q) {
+        float Dq[32][4] = {};
+        mma_group(&rcs[q], GPC, STEPS, Dq, [&](int g, int c) -> const uint8_t* {
+          const int ne = (g >> 1) ^ (g & 1), k = q & 1 ? ne ^ 2 : ne;
+          return recs.data() + (size_t)live_chunk(k) * SR::bstride() + q * BREC + c * (8 * STEPS);
+        });
+        std::memcpy(&D[(size_t)q * 128], Dq, sizeof(Dq));
+      }
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, c = lane & 3, kap = g % 4, t = c ^ kap;
+        if (kap >= nlive) continue;
+        const uint8_t* myc = t & 1 ? rg8[lane] : rg[lane];
+        for (int j = 0; j < GPC / 2; ++j) {
+          const int G = 2 * j + (t >> 1);
+          const float v = D[(size_t)G * 128 + lane * 4 + (t & 1 ? 3 : 0)];
+          float sg, og;
+          L::scale(myc, G, sg, og);
+          const float* sb = reinterpret_cast<const float*>(srecs + (size_t)live_chunk(kap) * SR::sstride() + G * GR);
+          acc[lane] = std::fmaf(sg, std::fmaf(sb[0], v, sb[1]), acc[lane]);
+          if (L::HAS_MIN) acc[lane] = std::fmaf(og, sb[4], acc[lane]);
+        }
+      }
+    }
+    for (int o : {2, 8, 5}) {
+      float prev[32];
+      std::memcpy(prev, acc, sizeof(prev));
+      for (int lane = 0; lane < 32; ++lane) acc[lane] = prev[lane] + prev[lane ^ o];
+    }
+    for (int lane : {0, 1, 16, 17}) {
+      const int g = lane >> 2, c = lane & 3, r = row0 + (g >> 2) + 2 * ((c ^ g) & 1);
+      if (r < R) { out[r] = acc[lane]; ++stored[r]; }
+    }
+  }
+  for (int v : stored)
+    if (v != 1) { std::fprintf(stderr, "an output stored %d times\n", v); return 5; }
+  return 0;
+}
+
+extern "C" int fast_matmul_stream_one(int t, const uint8_t* w, int R, long long rb, int K, const float* x, float* out) {
+  switch (t) {
+    case Q4_0: return run_stream_one<Q4_0>(w, R, rb, K, x, out);
+    case Q8_0: return run_stream_one<Q8_0>(w, R, rb, K, x, out);
+    case Q4_K: return run_stream_one<Q4_K>(w, R, rb, K, x, out);
+    case Q5_K: return run_stream_one<Q5_K>(w, R, rb, K, x, out);
+    case Q6_K: return run_stream_one<Q6_K>(w, R, rb, K, x, out);
+    case IQ4_XS: return run_stream_one<IQ4_XS>(w, R, rb, K, x, out);
+    case MXFP4: return run_stream_one<MXFP4>(w, R, rb, K, x, out);
+  }
+  return 1;
+}
+
 extern "C" int fast_matmul_stream(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M,
                                   float* out, int ctas, int wpc) {
   switch (t) {
@@ -367,4 +459,47 @@ extern "C" int fast_matmul(int t, const uint8_t* w, int R, long long rb, int K, 
     case MXFP4: return run<MXFP4>(w, R, rb, K, x, M, out, U);
   }
   return 1;
+}
+
+// FT<T>::scale against the scales FT<T>::chunk passes for every group of one row's chunks (K a
+// multiple of the chunk); returns the number of groups where they differ, or -2 when chunk() breaks
+// the order gemv_stream_kernel's deferred epilogues rely on: runs of DEF groups (8 when a chunk has
+// more than 16, else all), each run's groups before the next run's, each run ending with its last.
+template <int T>
+static int check_scales(const uint8_t* row, int K) {
+  using L = FT<T>;
+  const int GPC = L::CE / L::GS, DEF = GPC > 16 ? 8 : GPC;
+  std::vector<uint8_t> buf(L::CB + 32);
+  uint8_t* ch = reinterpret_cast<uint8_t*>(((uintptr_t)buf.data() + 15) & ~(uintptr_t)15);
+  std::memcpy(ch, row, L::CB);
+  std::vector<int> order;
+  L::chunk(ch, ch, 0, [&](int q, const uint32_t (&)[2][4], float, float, float, float) { order.push_back(q); });
+  if ((int)order.size() != GPC) return -2;
+  for (int i = 0; i < GPC; ++i)
+    if (order[i] / DEF != i / DEF || (i % DEF == DEF - 1 && order[i] != i)) return -2;
+  int bad = 0;
+  for (int k = 0; k < K / L::CE; ++k) {
+    std::memcpy(ch, row + (size_t)k * L::CB, L::CB);
+    std::vector<Rec> rcs(GPC);
+    decode_chunk<T>(ch, ch, 0, rcs.data());
+    for (int G = 0; G < GPC; ++G) {
+      float s, o;
+      L::scale(ch, G, s, o);
+      bad += !(s == rcs[G].sg) || !(o == rcs[G].og);  // (a zero's sign may differ)
+    }
+  }
+  return bad;
+}
+
+extern "C" int fast_check_scales(int t, const uint8_t* row, int K) {
+  switch (t) {
+    case Q4_0: return check_scales<Q4_0>(row, K);
+    case Q8_0: return check_scales<Q8_0>(row, K);
+    case Q4_K: return check_scales<Q4_K>(row, K);
+    case Q5_K: return check_scales<Q5_K>(row, K);
+    case Q6_K: return check_scales<Q6_K>(row, K);
+    case IQ4_XS: return check_scales<IQ4_XS>(row, K);
+    case MXFP4: return check_scales<MXFP4>(row, K);
+  }
+  return -1;
 }

@@ -111,6 +111,33 @@ def main():
                 for ctas, wpc in ((1, 8), (3, 16), (4, 3), (7, 2)):
                     bad += not check_stream(lib, name, packed, w, K, x, R,
                                             f"{name:7s} K={K:5d} M={M} split {ctas}x{wpc}", ctas, wpc)
+    # M = 1 on the MT = 2 geometry, one kept value a lane (gemv_stream_kernel<..., ONE>): odd R (a
+    # short last unit), one and several stages, a short last stage (K of 11 chunks when aligned)
+    for name in TYPES:
+        for K in {"Q6_K": [2048, 6144], "IQ4_XS": [2048, 5632], "MXFP4": [2048, 5632]}.get(name, [1024, 2816, 4096]):
+            R = 37
+            packed = random_blocks(name, (R,), K, rng)
+            w = dequantize(packed, QT[name]).reshape(R, K).astype(np.float64)
+            x = bf16_round(rng.standard_normal((1, K)) * np.exp(rng.uniform(-6, 6, size=(1, K // 16)).repeat(16, axis=1)))
+            out = np.full((1, R), np.nan, np.float32)
+            rc = lib.fast_matmul_stream_one(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
+                                            ctypes.c_longlong(packed.shape[1]), K,
+                                            np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
+                                            out.ctypes.data_as(ctypes.c_void_p))
+            ref = x.astype(np.float64) @ w.T
+            err = np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30) if rc == 0 else float("nan")
+            ok = rc == 0 and np.isfinite(out).all() and err < 5e-5
+            bad += not ok
+            print(f"{name:7s} K={K:5d} M=1 one rc={rc} rel={err:.2e} {'ok' if ok else 'FAIL'}")
+    # FT<T>::scale (a lane reading one group's scale itself) against the scales chunk() passes
+    for name in TYPES:
+        K = 4096
+        packed = random_blocks(name, (3,), K, rng)
+        res = [lib.fast_check_scales(int(QT[name]), np.ascontiguousarray(packed[r]).ctypes.data_as(ctypes.c_void_p), K)
+               for r in range(3)]
+        ok = all(v == 0 for v in res)
+        bad += not ok
+        print(f"{name:7s} scales and group order: {res} {'ok' if ok else 'FAIL'}")
     print("host check:", "FAILED" if bad else "all ok")
     return 1 if bad else 0
 
