@@ -281,6 +281,20 @@ def test_moe_matmul_fast_pairs(name, dtype, x3d, rng):
         check_moe_with_unroutable(x, packed, w, ids, name, TOL[dtype])
 
 
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])
+def test_moe_matmul_stream_one(name, rng):
+    """One token through 8 experts with enough rows for the stream kernel's 4-row form (Qwen3-30B-A3B's
+    gate and down shapes, K = 2048 and the shortest K the type allows), an unroutable id's rows zero."""
+    E, top_k = 16, 8
+    for N, K in ((768, 2048), (2048, 2048 if name in ("Q6_K", "IQ4_XS", "MXFP4") else 768)):
+        packed = random_packed(name, (E, N), K, rng)
+        w = ref_dequant(packed, name).double()
+        ids = torch.from_numpy(rng.permutation(E)[:top_k].reshape(1, top_k).copy()).to(DEV)
+        ids[0, 3] = -1
+        x = torch.randn(1, K, device=DEV, dtype=torch.bfloat16)
+        check_moe_with_unroutable(x, packed, w, ids, name, TOL[torch.bfloat16])
+
+
 @pytest.mark.parametrize("E, T", [(64, 1), (64, 40), (64, 400), (8, 120), (4, 150)])
 @pytest.mark.parametrize("name, K", [("Q4_0", 2880), ("Q8_0", 2880), ("MXFP4", 2880), ("Q6_K", 768), ("Q4_K", 768)])
 def test_moe_matmul_tile(name, K, E, T, rng):

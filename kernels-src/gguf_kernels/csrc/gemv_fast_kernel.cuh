@@ -324,7 +324,7 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
   using R = StreamRecs<T>;
   static_assert(MT == 1 || (MT == 2 && !RAG) || ((MT == 4 || MT == 8) && !MOE && !RAG),
                 "MT tokens: 1, 2, 4 or 8; MoE with 1 or 2; ragged rows with 1");
-  static_assert(!ONE || (MT == 2 && !MOE && !RAG), "one kept value a lane: M = 1 on the MT = 2 geometry");
+  static_assert(!ONE || (MT == 2 && !RAG), "one kept value a lane: one x row a unit on the MT = 2 geometry");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
   const int RS = stream_rs<T, MT, RAG>(), STAGE = RPU * RS;
   const int GR = Prep<T>::gr(1);
@@ -615,7 +615,7 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
         for (int o : {2, 8, 5}) acc[0] += __shfl_xor_sync(0xFFFFFFFFu, acc[0], o);
         if ((lane & ~17) == 0) {  // lanes 0, 16, 1, 17: rows 0, 1, 2, 3
           const int r = row0 + (g >> 2) + 2 * ((c ^ g) & 1);
-          if (r < N) store_out(a, r, acc[0]);
+          if (r < N) store_out(a, obase + r, zero ? 0.f : acc[0]);
         }
       } else {
 #pragma unroll
@@ -930,22 +930,26 @@ template <int T, typename XT, bool MOE, int MT, bool RAG>
 cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
   return launch_choice<T, XT, MOE, MT, RAG>(a, stream_choice<T, XT, MOE, MT, RAG>(a, units, fixed), stream);
 }
-// M = 1 on aligned rows: the MT = 1 form (row pairs, a stage of 8 chunks) or ONE (4 rows, 4 chunks a stage,
-// one kept value a lane), whichever gives the busiest SM fewer stages (ties: MT = 1, unless ONE keeps at
-// least 12 warps an SM: fewer instructions a stage); GGUF_KERNELS_FAST_ONE=0: MT = 1 only.
 inline bool knob_one_off() {
   static const bool v = std::getenv("GGUF_KERNELS_FAST_ONE") && !env_knob("GGUF_KERNELS_FAST_ONE");
   return v;
 }
-template <int T, typename XT>
-cudaError_t launch_stream_m1(const FastArgs& a, cudaStream_t stream) {
-  const StreamChoice old = stream_choice<T, XT, false, 1, false>(a, (a.N + 1) / 2, stream_rec_stride<T, 1>(a.K));
+// M = 1, or MoE pairs (one x row a unit), on aligned rows: the MT = 1 form (row pairs, a stage of 8
+// chunks; MoE pairs with K of at most 4 chunks: the MT = 2 mapping with both tokens the pair's row) or
+// ONE, whichever gives the busiest SM fewer stages (ties: the former, unless ONE keeps at least 12
+// warps an SM: fewer instructions a stage); GGUF_KERNELS_FAST_ONE=0: the former only.
+template <int T, typename XT, bool MOE>
+cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream_t stream) {
+  const int P = MOE ? a.P : 1, u2 = P * ((a.N + 3) / 4), u1 = P * ((a.N + 1) / 2);
+  const bool mt2 = MOE && StreamRecs<T>::chunks(a.K) <= 4;
+  const StreamChoice old =
+      mt2 ? stream_choice<T, XT, MOE, 2, false>(a, u2, fixed) : stream_choice<T, XT, MOE, 1, false>(a, u1, fixed);
   if (!knob_one_off()) {
-    const StreamChoice one = stream_choice<T, XT, false, 2, false, true>(a, (a.N + 3) / 4, stream_rec_stride<T, 2>(a.K));
+    const StreamChoice one = stream_choice<T, XT, MOE, 2, false, true>(a, u2, fixed);
     if (one.WPC && (!old.WPC || one.work < old.work || (one.work == old.work && one.WPC >= 12)))
-      return launch_choice<T, XT, false, 2, false, true>(a, one, stream);
+      return launch_choice<T, XT, MOE, 2, false, true>(a, one, stream);
   }
-  return launch_choice<T, XT, false, 1, false>(a, old, stream);
+  return mt2 ? launch_choice<T, XT, MOE, 2, false>(a, old, stream) : launch_choice<T, XT, MOE, 1, false>(a, old, stream);
 }
 
 // M <= stream_max_m() (default 8) goes to gemv_stream_kernel (MT = 1, 2, 4 or 8 tokens) unless
@@ -984,7 +988,11 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
     }
     return cudaErrorNotSupported;
   }
-  if (M == 1) return xt == DType::BF16 ? launch_stream_m1<T, __nv_bfloat16>(a, stream) : launch_stream_m1<T, __half>(a, stream);
+  if (M == 1) {
+    const size_t fixed = stream_rec_stride<T, 1>(a.K);
+    return xt == DType::BF16 ? launch_stream_one_or_old<T, __nv_bfloat16, false>(a, fixed, stream)
+                             : launch_stream_one_or_old<T, __half, false>(a, fixed, stream);
+  }
   return M == 2   ? launch_stream_dense<T, 2>(a, xt, stream)
          : M <= 4 ? launch_stream_dense<T, 4>(a, xt, stream)
                   : launch_stream_dense<T, 8>(a, xt, stream);
@@ -1089,14 +1097,8 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
                                  : launch_stream<T, __half, true, 1, true>(a, units, fixed, stream);
       }
     }
-    if (StreamRecs<T>::chunks(K) <= 4) {  // stages of 4 chunks (MT = 2 mapping)
-      const int units = P * ((N + 3) / 4);
-      return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 2, false>(a, units, fixed, stream)
-                               : launch_stream<T, __half, true, 2, false>(a, units, fixed, stream);
-    }
-    const int units = P * ((N + 1) / 2);
-    return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, false>(a, units, fixed, stream)
-                             : launch_stream<T, __half, true, 1, false>(a, units, fixed, stream);
+    return xt == DType::BF16 ? launch_stream_one_or_old<T, __nv_bfloat16, true>(a, fixed, stream)
+                             : launch_stream_one_or_old<T, __half, true>(a, fixed, stream);
   }
 }
 
