@@ -26,6 +26,11 @@ for name in TYPES:
         k.moe_matmul(torch.randn(1, K, device=dev, dtype=torch.bfloat16), e, torch.tensor([[3, -1]], device=dev), q)
     for M in (2, 4):  # the stream kernel's stages split over a CTA's warps
         k.matmul(torch.randn(M, 8192, device=dev, dtype=torch.bfloat16), random_packed(name, (199,), 8192, rng), q)
+    # the stream kernel's 4-row form (one kept value a lane): M = 1 with many rows, a 3-row last unit;
+    # MoE pairs of one token through 8 of 16 experts, one unroutable
+    k.matmul(torch.randn(1, 4096, device=dev, dtype=torch.bfloat16), random_packed(name, (14335,), 4096, rng), q)
+    ids = torch.tensor([[0, 3, 5, 7, 9, -1, 12, 15]], device=dev)
+    k.moe_matmul(torch.randn(1, 2048, device=dev, dtype=torch.bfloat16), random_packed(name, (16, 768), 2048, rng), ids, q)
     torch.cuda.synchronize()
 for name, K in RAGGED:  # the stream kernel's ragged rows: M = 1 (odd N) and MoE pairs (even N, an unroutable id)
     print("ragged", name, K, flush=True)
