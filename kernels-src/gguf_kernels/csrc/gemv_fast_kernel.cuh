@@ -931,7 +931,7 @@ cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stre
   return launch_choice<T, XT, MOE, MT, RAG>(a, stream_choice<T, XT, MOE, MT, RAG>(a, units, fixed), stream);
 }
 inline bool knob_one_off() {
-  static const bool v = std::getenv("GGUF_KERNELS_FAST_ONE") && !env_knob("GGUF_KERNELS_FAST_ONE");
+  static const bool v = env_off("GGUF_KERNELS_FAST_ONE");
   return v;
 }
 // M = 1, or MoE pairs (one x row a unit), on aligned rows: the MT = 1 form (row pairs, a stage of 8
