@@ -124,11 +124,7 @@ def main():
                                             ctypes.c_longlong(packed.shape[1]), K,
                                             np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
                                             out.ctypes.data_as(ctypes.c_void_p))
-            ref = x.astype(np.float64) @ w.T
-            err = np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30) if rc == 0 else float("nan")
-            ok = rc == 0 and np.isfinite(out).all() and err < 5e-5
-            bad += not ok
-            print(f"{name:7s} K={K:5d} M=1 one rc={rc} rel={err:.2e} {'ok' if ok else 'FAIL'}")
+            bad += not report(f"{name:7s} K={K:5d} M=1 one", rc, out, x, w)
     # FT<T>::scale (a lane reading one group's scale itself) against the scales chunk() passes
     for name in TYPES:
         K = 4096
