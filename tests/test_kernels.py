@@ -157,11 +157,7 @@ def test_matmul_stream_one(name, rng):
     reading its own scales): a last unit of 3 rows (N = 14335), and K = 2816 (11 chunks of 256: a short
     last stage) for the 256-element types, K = 6144 for the others."""
     for N, K in ((14335, 4096), (14336, 6144 if name in ("Q6_K", "IQ4_XS", "MXFP4") else 2816)):
-        packed = random_packed(name, (N,), K, rng)
-        x = torch.randn(1, K, device=DEV, dtype=torch.bfloat16)
-        out = KMOD.matmul(x, packed, qid(name))
-        err = rel_err(out, x.double() @ ref_dequant(packed, name).double().T)
-        assert err <= TOL[torch.bfloat16], f"{name} N={N} K={K}: rel err {err:.2e}"
+        check_matmul_bf16(name, 1, N, K, rng)
 
 
 RAGGED = [("Q4_0", 1600), ("Q4_0", 2880), ("Q8_0", 2880), ("IQ4_XS", 2816), ("Q6_K", 3072), ("MXFP4", 1600),
