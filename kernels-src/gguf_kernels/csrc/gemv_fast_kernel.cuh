@@ -934,10 +934,15 @@ inline bool knob_one_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_ONE");
   return v;
 }
+inline bool knob_one_force() {  // GGUF_KERNELS_FAST_ONE=2: ONE wherever it takes the case (A/B timing)
+  static const bool v = env_knob("GGUF_KERNELS_FAST_ONE") == 2;
+  return v;
+}
 // M = 1, or MoE pairs (one x row a unit), on aligned rows: the MT = 1 form (row pairs, a stage of 8
 // chunks; MoE pairs with K of at most 4 chunks: the MT = 2 mapping with both tokens the pair's row) or
 // ONE, whichever gives the busiest SM fewer stages (ties: the former, unless ONE keeps at least 12
-// warps an SM: fewer instructions a stage); GGUF_KERNELS_FAST_ONE=0: the former only.
+// warps an SM, or 8 for IQ4_XS and MXFP4, whose table decodes ONE cuts most: 4096 -> 4096 -16%, where
+// Q4_0 lost 9% and Q5_K 2%; NOTES.md v11); GGUF_KERNELS_FAST_ONE=0: the former only.
 template <int T, typename XT, bool MOE>
 cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream_t stream) {
   const int P = MOE ? a.P : 1, u2 = P * ((a.N + 3) / 4), u1 = P * ((a.N + 1) / 2);
@@ -946,7 +951,8 @@ cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream
       mt2 ? stream_choice<T, XT, MOE, 2, false>(a, u2, fixed) : stream_choice<T, XT, MOE, 1, false>(a, u1, fixed);
   if (!knob_one_off()) {
     const StreamChoice one = stream_choice<T, XT, MOE, 2, false, true>(a, u2, fixed);
-    if (one.WPC && (!old.WPC || one.work < old.work || (one.work == old.work && one.WPC >= 12)))
+    constexpr int tie_warps = T == IQ4_XS || T == MXFP4 ? 8 : 12;
+    if (one.WPC && (knob_one_force() || !old.WPC || one.work < old.work || (one.work == old.work && one.WPC >= tie_warps)))
       return launch_choice<T, XT, MOE, 2, false, true>(a, one, stream);
   }
   return mt2 ? launch_choice<T, XT, MOE, 2, false>(a, old, stream) : launch_choice<T, XT, MOE, 1, false>(a, old, stream);
