@@ -8,6 +8,7 @@
 //   ./gemv_probe m1 [TYPE]         the two M = 1 kernels (16-row tile, stream) side by side
 //   ./gemv_probe check             the M = 1 stream kernel against the 16-row tile kernel, same inputs
 //   ./gemv_probe nodecode          Q4_0 / Q4_K at M = 1 next to their twins with the decode left out
+//   ./gemv_probe one TYPE K N M    one case on the fast path (for ncu: its kernel, nothing else)
 // Every timed row reads a different copy of the weights on each launch (copies span 3 GB, so nothing
 // stays in the 60 MB L2), launches are captured in a CUDA graph, and the median time per launch over
 // the replays is printed with weight GB/s. Results: benchmarks/results/gemv_probe_h200.md.
@@ -427,6 +428,16 @@ int main(int argc, char** argv) {
           fast_rows<gq::NODECODE<gq::Q4_K>>(twin, pool, sh.N, sh.K, 1, x, out);
         }
       }
+    }
+  }
+  if (what == "one" && argc > 5) {
+    const int K = std::atoi(argv[3]), N = std::atoi(argv[4]), M = std::atoi(argv[5]);
+    for (const TypeInfo& ti : TYPES) {
+      if (only != ti.name) continue;
+      fill_blocks(pool.base, pool_bytes, ti, 12345);
+      pool.copy_bytes = (size_t)N * ((int64_t)K / ti.block_elems * ti.block_bytes);
+      pool.copies = (int)(pool_bytes / pool.copy_bytes);
+      with_type(ti.qtype, [&](auto t) { fast_rows<decltype(t)::value>(ti, pool, N, K, M, x, out); });
     }
   }
   if (what == "all" || what == "check") {

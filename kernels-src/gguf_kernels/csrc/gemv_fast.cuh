@@ -459,6 +459,22 @@ template <int T> struct StreamRecs {
   }
 };
 
+// gemv_stream_kernel's x rows' records (MT tokens a unit) in shared memory: row xr's at
+// stream_rec_off(xr, stream_rec_stride<T, MT>(K), MT). MT = 8 reads 8 rows' B records at once (lanes g:
+// row g, 16-byte pieces c; a quarter warp: rows 2j, 2j + 1) and the {sigma, -beta} of rows 2c and
+// 2c + 1: rows a whole number of 128-byte lines apart, row xr shifted by 64 (xr & 1) + 16 (xr >> 1)
+// bytes, so that a quarter warp's B pieces tile one 128-byte line and rows 0, 2, 4, 6 (1, 3, 5, 7)
+// read their {sigma, -beta} from different banks (rows 64 bytes apart left those 4-way conflicted:
+// 263 shared wavefronts a Q4_0 stage against 121 ideal; NOTES.md v12).
+template <int T, int MT>
+GQ_HD size_t stream_rec_stride(int K) {  // (MT = 8: room for the largest shift, 112 bytes)
+  const size_t b = StreamRecs<T>::bytes(K);
+  return MT == 8 ? (b + 112 + 127) / 128 * 128 : b;
+}
+GQ_HD size_t stream_rec_off(int xr, size_t RB, int MT) {
+  return xr * RB + (MT == 8 ? 64 * (xr & 1) + 16 * (xr >> 1) : 0);
+}
+
 // One chunk of a unit's two rows as gemv_stream_kernel leaves ragged rows (not a multiple of 16 bytes)
 // in shared memory: rg 4-byte aligned, and rg8 too, except for MXFP4, whose ragged rows it takes are
 // 4k + 2 bytes long (K = 2880: 1530), so the odd row rg8 starts 2 bytes past.

@@ -252,12 +252,6 @@ __global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
 }
 
 // ---- M <= 8: persistent stream with in-CTA activation records (NOTES.md v6, v7) -----------------
-// Shared-memory bytes between two x rows' records: MT = 8 reads 8 rows' B records at once, so they are
-// staggered by 64 bytes (a whole number of 128-byte lines apart, lanes g = 0, 1 would share banks).
-template <int T, int MT>
-GQ_HD size_t stream_rec_stride(int K) {
-  return StreamRecs<T>::bytes(K) + (MT == 8 ? 64 : 0);
-}
 // Shared-memory bytes of one row's stage (8 / MT chunks). Q6_K (MIS): a stage starts at chunk c0, byte
 // 420 c0 of a row whose start is 16-byte aligned, so it is copied from the 16-byte boundary below
 // (up to 12 bytes early) and the stride keeps every row 16-byte aligned. RAG (ragged rows, not a
@@ -312,13 +306,14 @@ __device__ __forceinline__ void kept_epilogue(const float (&e0)[DEF], const floa
 // token 0 store.
 // Registers: 96 (v6, v7: caps of 64-128 within 3% at M = 1); 128 for ragged rows, MoE's MT = 2 and
 // the MT = 2, 4 forms of MXFP4, IQ4_XS and Q6_K, whose decodes spill 50-150 bytes at 96 (a CTA of 16
-// warps is one per SM either way; 128 for the other types' MT = 2 cost Q4_K 4%, v10).
+// warps is one per SM either way; 128 for the other types' MT = 2 cost Q4_K 4%, v10), and MT = 8, whose
+// 896 units of 4096 -> 14336 leave 7 warps an SM (-15% Q4_K, -3..-8% the others at 128; v12).
 // RAG (MT = 1): rows that are not a multiple of 16 bytes (gpt-oss's MXFP4 experts, K = 2880: 1530
 // bytes), and K not a multiple of the chunk: each row's stage is copied in the 16-byte pieces that
 // cover it, at its own offset; a short last chunk is zero-filled past the row's end and its missing
 // groups get the records of zero activations, so they add exact zeros.
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
-__global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && (T == MXFP4 || T == IQ4_XS || T == Q6_K)) ? 128 : 96)
+__global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || MT == 4) && (T == MXFP4 || T == IQ4_XS || T == Q6_K)) ? 128 : 96)
     gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
   using R = StreamRecs<T>;
@@ -337,6 +332,7 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
   const int nch = R::chunks(K), nst = (nch + CPS - 1) / CPS;
   const size_t RB = stream_rec_stride<T, MT>(K);  // one x row's records
   const int nx = MOE ? a.nx : ONE ? 1 : MT;
+  const auto rec_off = [&](int xr) { return stream_rec_off(xr, RB, MT); };
   uint8_t* recs = smem;
   uint8_t* buf = recs + nx * RB + (size_t)warp * S * STAGE;
   int* sid = reinterpret_cast<int*>(recs + nx * RB + (size_t)WPC * S * STAGE);  // MOE: experts
@@ -464,11 +460,11 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
   for (int G = threadIdx.x; G < nx * nGp; G += blockDim.x) {
     const int xr = G / nGp;
     if (G == threadIdx.x) {
-      R::group(v0, G - xr * nGp, K, recs + xr * RB);
+      R::group(v0, G - xr * nGp, K, recs + rec_off(xr));
     } else {
       float v[L::GS];
       load_x(G, v);
-      R::group(v, G - xr * nGp, K, recs + xr * RB);
+      R::group(v, G - xr * nGp, K, recs + rec_off(xr));
     }
   }
   if (split) {
@@ -494,7 +490,7 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
     if constexpr (RAG) wrow = rows_of(u);
     if constexpr (MOE) {
       const int q = u / hN;
-      xrec = recs + (q / a.x_div) * RB;
+      xrec = recs + rec_off(q / a.x_div);
       obase = (int64_t)q * a.out_stride;
       row0 = RPU * (u - q * hN);
       zero = sid[q] < 0;
@@ -521,14 +517,14 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
       rg = buf + cur * STAGE + (a0 & 15) + (ch - c0) * L::CB;
       rg8 = buf + cur * STAGE + RS + (a1 & 15) + (ch - c0) * L::CB;
     }
-    const uint8_t* Bp = xrec + (MOE ? 0 : rho * RB) + (size_t)ch * R::bstride() + c * (8 * STEPS);
+    const uint8_t* Bp = xrec + (MOE ? 0 : rec_off(rho)) + (size_t)ch * R::bstride() + c * (8 * STEPS);
     const uint8_t* Bo = Bp;  // ONE: column g of odd groups
     if constexpr (ONE) {  // column g holds chunk (g >> 1) ^ (g & 1) in even groups, that ^ 2 in odd ones
       const int ne = (g >> 1) ^ (g & 1), no = ne ^ 2;
       Bp = xrec + (size_t)(c0 + (ne < nch - c0 ? ne : 0)) * R::bstride() + c * (8 * STEPS);
       Bo = xrec + (size_t)(c0 + (no < nch - c0 ? no : 0)) * R::bstride() + c * (8 * STEPS);
     }
-    const uint8_t* Sp = xrec + (MOE || ONE ? 0 : tok * RB) + (size_t)nch * R::bstride() + (size_t)ch * R::sstride();
+    const uint8_t* Sp = xrec + (MOE || ONE ? 0 : rec_off(tok)) + (size_t)nch * R::bstride() + (size_t)ch * R::sstride();
     const auto product = [&](int q, const uint32_t (&A)[2][4], float (&D)[4]) {
       uint32_t b[4] = {0u, 0u, 0u, 0u};
       const uint8_t* Bq = (ONE && (q & 1) ? Bo : Bp) + q * R::BREC;
@@ -546,15 +542,16 @@ __global__ void __maxnreg__(RAG || (MOE && MT == 2) || ((MT == 2 || MT == 4) && 
       L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
         float D[4];
         product(q, A, D);
+        const uint8_t* Sp1 = Sp + (rec_off(tok + 1) - rec_off(tok));  // token tok + 1's
         const float2 s0 = *reinterpret_cast<const float2*>(Sp + q * GR);
-        const float2 s1 = *reinterpret_cast<const float2*>(Sp + RB + q * GR);
+        const float2 s1 = *reinterpret_cast<const float2*>(Sp1 + q * GR);
         acc[0] = fmaf(sg, fmaf(s0.x, D[0], s0.y), acc[0]);
         acc[1] = fmaf(sg, fmaf(s1.x, D[1], s1.y), acc[1]);
         acc[2] = fmaf(sg8, fmaf(s0.x, D[2], s0.y), acc[2]);
         acc[3] = fmaf(sg8, fmaf(s1.x, D[3], s1.y), acc[3]);
         if constexpr (L::HAS_MIN) {
           const float S0 = *reinterpret_cast<const float*>(Sp + q * GR + 16);
-          const float S1 = *reinterpret_cast<const float*>(Sp + RB + q * GR + 16);
+          const float S1 = *reinterpret_cast<const float*>(Sp1 + q * GR + 16);
           acc[0] = fmaf(og, S0, acc[0]);
           acc[1] = fmaf(og, S1, acc[1]);
           acc[2] = fmaf(og8, S0, acc[2]);

@@ -194,12 +194,13 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
   if (ctas > 0 && (MT == 1 || MT == 8 || rag || wpc < 1)) return 2;
   const int CPS = 8 / MT, RPU = 2 * MT, RS = (CPS * L::CB + 15 + 15) / 16 * 16;
   const int nG = K / L::GS, nch = SR::chunks(K), nst = (nch + CPS - 1) / CPS;
-  const size_t RB = SR::bytes(K) + (MT == 8 ? 64 : 0);  // stream_rec_stride<T, MT>
+  const size_t RB = MT == 8 ? stream_rec_stride<T, 8>(K) : stream_rec_stride<T, 1>(K);
   std::vector<uint8_t> recs(MT * RB, 0xCD);
   const std::vector<float> zeros(L::GS, 0.f);
   for (int t = 0; t < MT; ++t)
     for (int G = 0; G < nch * GPC; ++G)
-      SR::group(t < M && G < nG ? x + (size_t)t * K + (size_t)G * L::GS : zeros.data(), G, K, recs.data() + t * RB);
+      SR::group(t < M && G < nG ? x + (size_t)t * K + (size_t)G * L::GS : zeros.data(), G, K,
+                recs.data() + stream_rec_off(t, RB, MT));
   const uint8_t* srecs = recs.data() + (size_t)nch * SR::bstride();  // token 0's {sigma, -beta, ., ., S}
   std::vector<uint8_t> stage_mem(RPU * RS + 16);
   uint8_t* st = reinterpret_cast<uint8_t*>(((uintptr_t)stage_mem.data() + 15) & ~(uintptr_t)15);
@@ -231,7 +232,8 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
     for (int q = 0; q < GPC; ++q) {
       float D[32][4] = {};
       mma_group(&rcs[q], GPC, STEPS, D, [&](int g, int c) -> const uint8_t* {
-        return recs.data() + (g / CPS) * RB + (size_t)chunk_of(g) * SR::bstride() + q * BREC + c * (8 * STEPS);
+        return recs.data() + stream_rec_off(g / CPS, RB, MT) + (size_t)chunk_of(g) * SR::bstride() + q * BREC +
+               c * (8 * STEPS);
       });
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane >> 2, c = lane & 3, kap = g % CPS;
@@ -239,8 +241,8 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
         const uint8_t* Sp = srecs + (size_t)chunk_of(g) * SR::sstride() + q * GR;
         float* a = acc[lane];
         if (MT == 8) {  // every product: rows g, g + 8 x tokens 2c, 2c + 1
-          const float* s0 = reinterpret_cast<const float*>(Sp + 2 * c * RB);
-          const float* s1 = reinterpret_cast<const float*>(Sp + (2 * c + 1) * RB);
+          const float* s0 = reinterpret_cast<const float*>(Sp + stream_rec_off(2 * c, RB, MT));
+          const float* s1 = reinterpret_cast<const float*>(Sp + stream_rec_off(2 * c + 1, RB, MT));
           a[0] = std::fmaf(rc.sg, std::fmaf(s0[0], D[lane][0], s0[1]), a[0]);
           a[1] = std::fmaf(rc.sg, std::fmaf(s1[0], D[lane][1], s1[1]), a[1]);
           a[2] = std::fmaf(rc.sg8, std::fmaf(s0[0], D[lane][2], s0[1]), a[2]);
@@ -252,7 +254,7 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
             a[3] = std::fmaf(rc.og8, s1[4], a[3]);
           }
         } else if ((2 * c) % CPS == (kap & ~1) && kap < nlive) {  // element g & 1, token (2c + (g & 1)) / CPS
-          const float* sb = reinterpret_cast<const float*>(Sp + (2 * c + (g & 1)) / CPS * RB);
+          const float* sb = reinterpret_cast<const float*>(Sp + stream_rec_off((2 * c + (g & 1)) / CPS, RB, MT));
           a[0] = std::fmaf(rc.sg, std::fmaf(sb[0], D[lane][g & 1], sb[1]), a[0]);
           a[1] = std::fmaf(rc.sg8, std::fmaf(sb[0], D[lane][2 + (g & 1)], sb[1]), a[1]);
           if (L::HAS_MIN) {
