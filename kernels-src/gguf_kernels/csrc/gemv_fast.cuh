@@ -464,7 +464,7 @@ template <int T> struct StreamRecs {
 // row g, 16-byte pieces c; a quarter warp: rows 2j, 2j + 1) and the {sigma, -beta} of rows 2c and
 // 2c + 1: rows a whole number of 128-byte lines apart, row xr shifted by 64 (xr & 1) + 16 (xr >> 1)
 // bytes, so that a quarter warp's B pieces tile one 128-byte line and rows 0, 2, 4, 6 (1, 3, 5, 7)
-// read their {sigma, -beta} from different banks (rows 64 bytes apart left those 4-way conflicted:
+// read their {sigma, -beta} from different banks (a plain stride of bytes + 64 left those 4-way conflicted:
 // 263 shared wavefronts a Q4_0 stage against 121 ideal; NOTES.md v12).
 template <int T, int MT>
 GQ_HD size_t stream_rec_stride(int K) {  // (MT = 8: room for the largest shift, 112 bytes)
