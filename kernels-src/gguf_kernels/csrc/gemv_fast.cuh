@@ -475,6 +475,10 @@ GQ_HD size_t stream_rec_off(int xr, size_t RB, int MT) {
   return xr * RB + (MT == 8 ? 64 * (xr & 1) + 16 * (xr >> 1) : 0);
 }
 
+// Floats per unit of gemv_stream_kernel's split sums (MT = 2, 4): 2 MT rows x MT tokens, then the
+// stage count.
+GQ_HD constexpr int split_slot(int MT) { return 2 * MT * MT + 1; }
+
 // One chunk of a unit's two rows as gemv_stream_kernel leaves ragged rows (not a multiple of 16 bytes)
 // in shared memory: rg 4-byte aligned, and rg8 too, except for MXFP4, whose ragged rows it takes are
 // 4k + 2 bytes long (K = 2880: 1530), so the odd row rg8 starts 2 bytes past.

@@ -262,10 +262,6 @@ GQ_HD constexpr int stream_rs() {
   return RAG ? (B + 15 + 15) / 16 * 16 : FT<T>::MIS ? (B + 12 + 15) / 16 * 16 : B;
 }
 
-// Floats per unit of gemv_stream_kernel's split sums (MT = 2, 4): 2 MT rows x MT tokens, then the
-// stage count.
-GQ_HD constexpr int split_slot(int MT) { return 2 * MT * MT + 1; }
-
 // The kept lanes' epilogue of a run of DEF groups (gemv_stream_kernel, MT < 8): e = the kept D values,
 // f = the groups' scales (rows rho, rho + MT), h = their mins; sp = the run's first {sigma, -beta[, S]}.
 template <int DEF, bool HAS_MIN>

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "../csrc/gemv_fast.cuh"
@@ -301,7 +302,7 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
       each_out(RPU * u, store);
     }
   } else {
-    const int SLOT = 2 * MT * MT + 1;
+    const int SLOT = split_slot(MT);
     for (int b = 0; b < ctas; ++b) {
       const int u0 = (int)((int64_t)b * units / ctas), u1 = (int)((int64_t)(b + 1) * units / ctas);
       std::vector<float> sums((size_t)SLOT * (u1 - u0), 0.f);
@@ -422,45 +423,34 @@ static int run_stream_one(const uint8_t* w, int R, int64_t rb, int K, const floa
   return 0;
 }
 
-extern "C" int fast_matmul_stream_one(int t, const uint8_t* w, int R, long long rb, int K, const float* x, float* out) {
+// f(std::integral_constant<int, T>()) for the fast path's type t (the ctypes entry points below), or
+// `missing` for any other type.
+template <class F>
+static int with_fast_type(int t, int missing, F&& f) {
   switch (t) {
-    case Q4_0: return run_stream_one<Q4_0>(w, R, rb, K, x, out);
-    case Q8_0: return run_stream_one<Q8_0>(w, R, rb, K, x, out);
-    case Q4_K: return run_stream_one<Q4_K>(w, R, rb, K, x, out);
-    case Q5_K: return run_stream_one<Q5_K>(w, R, rb, K, x, out);
-    case Q6_K: return run_stream_one<Q6_K>(w, R, rb, K, x, out);
-    case IQ4_XS: return run_stream_one<IQ4_XS>(w, R, rb, K, x, out);
-    case MXFP4: return run_stream_one<MXFP4>(w, R, rb, K, x, out);
+    case Q4_0: return f(std::integral_constant<int, Q4_0>());
+    case Q8_0: return f(std::integral_constant<int, Q8_0>());
+    case Q4_K: return f(std::integral_constant<int, Q4_K>());
+    case Q5_K: return f(std::integral_constant<int, Q5_K>());
+    case Q6_K: return f(std::integral_constant<int, Q6_K>());
+    case IQ4_XS: return f(std::integral_constant<int, IQ4_XS>());
+    case MXFP4: return f(std::integral_constant<int, MXFP4>());
   }
-  return 1;
+  return missing;
+}
+
+extern "C" int fast_matmul_stream_one(int t, const uint8_t* w, int R, long long rb, int K, const float* x, float* out) {
+  return with_fast_type(t, 1, [&](auto T) { return run_stream_one<decltype(T)::value>(w, R, rb, K, x, out); });
 }
 
 extern "C" int fast_matmul_stream(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M,
                                   float* out, int ctas, int wpc) {
-  switch (t) {
-    case Q4_0: return run_stream<Q4_0>(w, R, rb, K, x, M, out, ctas, wpc);
-    case Q8_0: return run_stream<Q8_0>(w, R, rb, K, x, M, out, ctas, wpc);
-    case Q4_K: return run_stream<Q4_K>(w, R, rb, K, x, M, out, ctas, wpc);
-    case Q5_K: return run_stream<Q5_K>(w, R, rb, K, x, M, out, ctas, wpc);
-    case Q6_K: return run_stream<Q6_K>(w, R, rb, K, x, M, out, ctas, wpc);
-    case IQ4_XS: return run_stream<IQ4_XS>(w, R, rb, K, x, M, out, ctas, wpc);
-    case MXFP4: return run_stream<MXFP4>(w, R, rb, K, x, M, out, ctas, wpc);
-  }
-  return 1;
+  return with_fast_type(t, 1, [&](auto T) { return run_stream<decltype(T)::value>(w, R, rb, K, x, M, out, ctas, wpc); });
 }
 
 extern "C" int fast_matmul(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M, float* out,
                            int U) {
-  switch (t) {
-    case Q4_0: return run<Q4_0>(w, R, rb, K, x, M, out, U);
-    case Q8_0: return run<Q8_0>(w, R, rb, K, x, M, out, U);
-    case Q4_K: return run<Q4_K>(w, R, rb, K, x, M, out, U);
-    case Q5_K: return run<Q5_K>(w, R, rb, K, x, M, out, U);
-    case Q6_K: return run<Q6_K>(w, R, rb, K, x, M, out, U);
-    case IQ4_XS: return run<IQ4_XS>(w, R, rb, K, x, M, out, U);
-    case MXFP4: return run<MXFP4>(w, R, rb, K, x, M, out, U);
-  }
-  return 1;
+  return with_fast_type(t, 1, [&](auto T) { return run<decltype(T)::value>(w, R, rb, K, x, M, out, U); });
 }
 
 // FT<T>::scale against the scales FT<T>::chunk passes for every group of one row's chunks (K a
@@ -494,14 +484,5 @@ static int check_scales(const uint8_t* row, int K) {
 }
 
 extern "C" int fast_check_scales(int t, const uint8_t* row, int K) {
-  switch (t) {
-    case Q4_0: return check_scales<Q4_0>(row, K);
-    case Q8_0: return check_scales<Q8_0>(row, K);
-    case Q4_K: return check_scales<Q4_K>(row, K);
-    case Q5_K: return check_scales<Q5_K>(row, K);
-    case Q6_K: return check_scales<Q6_K>(row, K);
-    case IQ4_XS: return check_scales<IQ4_XS>(row, K);
-    case MXFP4: return check_scales<MXFP4>(row, K);
-  }
-  return -1;
+  return with_fast_type(t, -1, [&](auto T) { return check_scales<decltype(T)::value>(row, K); });
 }
