@@ -59,12 +59,12 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
-def check_matmul_bf16(name: str, M: int, N: int, K: int, rng) -> None:
-    """matmul of fresh random blocks [N, K] by bf16 x [M, K] against gguf-py's dequantization."""
+def check_matmul(name: str, M: int, N: int, K: int, rng, dtype: torch.dtype = torch.bfloat16) -> None:
+    """matmul of fresh random blocks [N, K] by x [M, K] against gguf-py's dequantization."""
     packed = random_packed(name, (N,), K, rng)
-    x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+    x = torch.randn(M, K, device=DEV, dtype=dtype)
     err = rel_err(KMOD.matmul(x, packed, qid(name)), x.double() @ ref_dequant(packed, name).double().T)
-    assert err <= TOL[torch.bfloat16], f"{name} M={M} N={N} K={K}: rel err {err:.2e}"
+    assert err <= TOL[dtype], f"{name} {dtype} M={M} N={N} K={K}: rel err {err:.2e}"
 
 
 def k_for(name: str, odd: bool = False) -> int:
@@ -137,7 +137,7 @@ def test_matmul_stream(name, M, rng):
     K = 2048 is 4 chunks of 512 (a short stage at M = 1); Q6_K's stages at M = 3..8 start 4, 8 or 12
     bytes past a 16-byte boundary; K = 6144 gives 12 chunks (two stages at M = 1, the second short)."""
     for K in (2048, 6144):
-        check_matmul_bf16(name, M, 999, K, rng)
+        check_matmul(name, M, 999, K, rng)
 
 
 @pytest.mark.parametrize("M", [2, 3, 4])
@@ -148,7 +148,7 @@ def test_matmul_stream_split(name, M, rng):
     two to four warps a unit, the last unit one row short; N = 999, K = 4096: up to eight warps of one
     stage each)."""
     for N, K in ((199, 8192), (999, 4096)):
-        check_matmul_bf16(name, M, N, K, rng)
+        check_matmul(name, M, N, K, rng)
 
 
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])
@@ -157,7 +157,7 @@ def test_matmul_stream_one(name, rng):
     reading its own scales): a last unit of 3 rows (N = 14335), and K = 2816 (11 chunks of 256: a short
     last stage) for the 256-element types, K = 6144 for the others."""
     for N, K in ((14335, 4096), (14336, 6144 if name in ("Q6_K", "IQ4_XS", "MXFP4") else 2816)):
-        check_matmul_bf16(name, 1, N, K, rng)
+        check_matmul(name, 1, N, K, rng)
 
 
 RAGGED = [("Q4_0", 1600), ("Q4_0", 2880), ("Q8_0", 2880), ("IQ4_XS", 2816), ("Q6_K", 3072), ("MXFP4", 1600),
@@ -173,10 +173,7 @@ def test_stream_ragged_rows(name, K, dtype, rng):
     (the last row pair has one row), and MoE with unroutable ids; N = 75 experts of 4k + 2 bytes
     (MXFP4), and MXFP4 rows of 4k bytes (K = 768), are declined to the older kernels."""
     for N in (999, 1000):
-        packed = random_packed(name, (N,), K, rng)
-        x = torch.randn(1, K, device=DEV, dtype=dtype)
-        err = rel_err(KMOD.matmul(x, packed, qid(name)), x.double() @ ref_dequant(packed, name).double().T)
-        assert err <= TOL[dtype], f"{name} K={K} N={N}: rel err {err:.2e}"
+        check_matmul(name, 1, N, K, rng, dtype)
     for N in (76, 75):
         E, T, top_k = 6, 5, 3
         packed = random_packed(name, (E, N), K, rng)
@@ -192,7 +189,7 @@ def test_matmul_split_k(name, M, rng):
     """Few rows, long rows: the tile kernel splits K over 8 CTAs (fp32 partial sums, then a reduce);
     35 chunks of 256 leave the last split empty, and for the 32-element types the last chunk is
     a half unit (K % 64 == 32)."""
-    check_matmul_bf16(name, M, 300, 8704 if name.endswith("_K") else 8736, rng)
+    check_matmul(name, M, 300, 8704 if name.endswith("_K") else 8736, rng)
 
 
 def test_matmul_batched_leading_dims(rng):

@@ -38,6 +38,18 @@ def build(out_dir):
     return lib
 
 
+def wide_x(rng, M, K):
+    """bf16-rounded activations [M, K] whose 16-element groups span magnitudes e^-6..e^6 (the records'
+    per-group scaling must hold over that range)."""
+    return bf16_round(rng.standard_normal((M, K)) * np.exp(rng.uniform(-6, 6, size=(M, K // 16)).repeat(16, axis=1)))
+
+
+def random_rows(name, R, K, rng):
+    """R random rows of K elements: the packed blocks and gguf-py's dequantization of them (float64)."""
+    packed = random_blocks(name, (R,), K, rng)
+    return packed, dequantize(packed, QT[name]).reshape(R, K).astype(np.float64)
+
+
 def report(label, rc, out, x, w):
     """A host model's out against x @ w.T (w: gguf-py's dequantization); prints and returns ok."""
     ref = x.astype(np.float64) @ w.T
@@ -67,11 +79,9 @@ def main():
         bs, ts = GGML_QUANT_SIZES[QT[name]]
         for K in ([2048, 4096] if name in ("Q6_K", "IQ4_XS", "MXFP4") else [1024, 2048]):
             R = 37
-            packed = random_blocks(name, (R,), K, rng)
-            w = dequantize(packed, QT[name]).reshape(R, K).astype(np.float64)
+            packed, w = random_rows(name, R, K, rng)
             for M, U in ((1, 1), (2, 2), (3, 4), (8, 1), (1, 4), (8, 2)):
-                x = rng.standard_normal((M, K)) * np.exp(rng.uniform(-6, 6, size=(M, K // 16)).repeat(16, axis=1))
-                x = bf16_round(x)
+                x = wide_x(rng, M, K)
                 out = np.full((M, R), np.nan, np.float32)
                 rc = lib.fast_matmul(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
                                      ctypes.c_longlong(packed.shape[1]), K,
@@ -88,13 +98,10 @@ def main():
         big = name in ("Q6_K", "IQ4_XS", "MXFP4")
         for K in ([2048, 4096, 5632] if big else [1024, 2048, 2816]) + ragged.get(name, []):
             R = 37
-            packed = random_blocks(name, (R,), K, rng)
-            w = dequantize(packed, QT[name]).reshape(R, K).astype(np.float64)
+            packed, w = random_rows(name, R, K, rng)
             aligned = K % (256 if name in ("Q4_0", "Q8_0", "Q4_K", "Q5_K") else 512) == 0 and packed.shape[1] % 16 == 0
             for M in (1, 2, 3, 4, 5, 8) if aligned else (1,):
-                x = rng.standard_normal((M, K)) * np.exp(rng.uniform(-6, 6, size=(M, K // 16)).repeat(16, axis=1))
-                x = bf16_round(x)
-                out = np.full((M, R), np.nan, np.float32)
+                x = wide_x(rng, M, K)
                 bad += not check_stream(lib, name, packed, w, K, x, R, f"{name:7s} K={K:5d} M={M} stream")
     # gemv_stream_kernel's split launch (M = 2..4): CTAs of a few warps splitting their units' stages,
     # so units are cut between up to 8 warps, CTAs own unequal numbers of units, some warps have no
@@ -104,10 +111,9 @@ def main():
     for name in TYPES:
         for K in {"Q6_K": [4096, 6144], "IQ4_XS": [4096, 5632], "MXFP4": [4096, 5632]}.get(name, [4096, 2816]):
             R = 37
-            packed = random_blocks(name, (R,), K, rng)
-            w = dequantize(packed, QT[name]).reshape(R, K).astype(np.float64)
+            packed, w = random_rows(name, R, K, rng)
             for M in (2, 3, 4):
-                x = bf16_round(rng.standard_normal((M, K)) * np.exp(rng.uniform(-6, 6, size=(M, K // 16)).repeat(16, axis=1)))
+                x = wide_x(rng, M, K)
                 for ctas, wpc in ((1, 8), (3, 16), (4, 3), (7, 2)):
                     bad += not check_stream(lib, name, packed, w, K, x, R,
                                             f"{name:7s} K={K:5d} M={M} split {ctas}x{wpc}", ctas, wpc)
@@ -116,9 +122,8 @@ def main():
     for name in TYPES:
         for K in {"Q6_K": [2048, 6144], "IQ4_XS": [2048, 5632], "MXFP4": [2048, 5632]}.get(name, [1024, 2816, 4096]):
             R = 37
-            packed = random_blocks(name, (R,), K, rng)
-            w = dequantize(packed, QT[name]).reshape(R, K).astype(np.float64)
-            x = bf16_round(rng.standard_normal((1, K)) * np.exp(rng.uniform(-6, 6, size=(1, K // 16)).repeat(16, axis=1)))
+            packed, w = random_rows(name, R, K, rng)
+            x = wide_x(rng, 1, K)
             out = np.full((1, R), np.nan, np.float32)
             rc = lib.fast_matmul_stream_one(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
                                             ctypes.c_longlong(packed.shape[1]), K,
