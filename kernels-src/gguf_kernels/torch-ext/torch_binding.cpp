@@ -335,15 +335,16 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
   const bool tile = mma && tile_max_m(qtype) > 0;
   if (P <= moe_pairs_max()) {
     a.mode = gq::GEMV_PAIRS;
+    // from moe_group_min() pairs: the stream kernel only with full 8-chunk stages, else grouped by expert
+    const bool group = tile && P >= moe_group_min();
     if (mma) {  // the fast M = 1 kernel over all pairs at once, where it takes the case
-      const cudaError_t e =
-          gq::launch_gemv_fast_moe_any((int)qtype, a, xt, (int)P, tile && P >= moe_group_min() ? 8 : 1, stream);
+      const cudaError_t e = gq::launch_gemv_fast_moe_any((int)qtype, a, xt, (int)P, group ? 8 : 1, stream);
       if (e != cudaErrorNotSupported) {
         check_cuda(e, "moe_matmul (fast pairs)");
         return out;
       }
     }
-    if (!tile || P < moe_group_min()) {
+    if (!group) {
       check_cuda(mma ? dispatch_gemv_mma(qtype, a, xt, 8, P, stream) : dispatch_gemv(qtype, a, xt, 1, P, stream),
                  "moe_matmul (pairs)");
       return out;
