@@ -82,6 +82,13 @@ __global__ void fix_scales(uint8_t* p, size_t nblocks, int block_bytes, int off0
 }
 
 __global__ void empty_kernel() {}
+// What a decode step runs before a projection (RMSNorm): one CTA per token rewrites its x row. With
+// PROBE_PRE=1 each timed matmul follows one, so that a programmatic dependent launch of the matmul
+// overlaps this kernel and not the previous matmul.
+__global__ void rewrite_x(uint16_t* x, int K) {
+  uint16_t* r = x + (size_t)blockIdx.x * K;
+  for (int i = threadIdx.x; i < K; i += blockDim.x) r[i] = r[i] ^ 0;
+}
 
 // Grid-stride 16-byte reads, 4 independent loads in flight per thread.
 __global__ void read_linear(const uint4* __restrict__ p, size_t n, uint32_t* sink) {
@@ -260,11 +267,13 @@ static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M,
   if (!sb) { std::printf("| %s fast path does not take K=%d M=%d |\n", ti.name, K, M); return; }
   void* scratch;
   CK(cudaMalloc(&scratch, sb));
+  static const bool pre = std::getenv("PROBE_PRE") && std::atoi(std::getenv("PROBE_PRE"));
   auto one = [&](int i, cudaStream_t s) {
+    if (pre) rewrite_x<<<M, 256, 0, s>>>((uint16_t*)x, K);
     gq::GemvArgs a = {};
     a.w = pool.copy(i); a.row_bytes = row_bytes; a.N = N; a.K = K; a.x = x; a.x_stride = K;
     a.out = out; a.out_stride = N; a.M = M; a.mode = gq::GEMV_DENSE;
-    CK(gq::fast::launch_with<T>(a, gq::DType::BF16, scratch, sb, 1, tile, s));
+    CK(gq::fast::launch_with<T>(a, gq::DType::BF16, scratch, sb, tile, s));
   };
   const float us = time_graph(one, 64);
   // checksum of one output (same data every run: compares copy mappings across processes)
@@ -275,8 +284,8 @@ static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M,
   uint64_t sum = 1469598103934665603ull;
   for (uint16_t v : h) sum = (sum ^ v) * 1099511628211ull;
   char name[96];
-  std::snprintf(name, sizeof name, "fast %s %d->%d M=%d%s [%016llx]", ti.name, K, N, M,
-                tile ? " tile" : " stream", (unsigned long long)sum);
+  std::snprintf(name, sizeof name, "fast %s %d->%d M=%d%s%s [%016llx]", ti.name, K, N, M,
+                tile ? " tile" : " stream", pre ? " pre" : "", (unsigned long long)sum);
   row(name, (double)N * row_bytes, us);
   CK(cudaFree(scratch));
 }
@@ -296,7 +305,7 @@ static void check_m(const TypeInfo& ti, uint8_t* w, int N, int K, int M, const v
     a.w = w; a.row_bytes = row_bytes; a.N = N; a.K = K; a.x = x; a.x_stride = K;
     a.out = out; a.out_stride = N; a.M = M; a.mode = gq::GEMV_DENSE;
     CK(cudaMemset(out, 0xFF, (size_t)M * N * 2));  // poison: NaN in bf16
-    CK(gq::fast::launch_with<T>(a, gq::DType::BF16, scratch, sb, 1, tile == 1, 0));
+    CK(gq::fast::launch_with<T>(a, gq::DType::BF16, scratch, sb, tile == 1, 0));
     CK(cudaDeviceSynchronize());
     std::vector<uint16_t> raw((size_t)M * N);
     CK(cudaMemcpy(raw.data(), out, raw.size() * 2, cudaMemcpyDeviceToHost));
@@ -438,6 +447,47 @@ int main(int argc, char** argv) {
       pool.copy_bytes = (size_t)N * ((int64_t)K / ti.block_elems * ti.block_bytes);
       pool.copies = (int)(pool_bytes / pool.copy_bytes);
       with_type(ti.qtype, [&](auto t) { fast_rows<decltype(t)::value>(ti, pool, N, K, M, x, out); });
+    }
+  }
+  if (what == "layer" && argc > 3) {  // ./gemv_probe layer TYPE M
+    const int M = std::atoi(argv[3]);
+    // One Llama-3-8B decoder layer's projections in the order a decode step runs them: a kernel that
+    // writes x (RMSNorm, attention, the gated activation) before q, o, gate and down; k, v and up
+    // follow a matmul directly. Each replayed layer reads its own copy of the weights.
+    struct Op { int K, N; bool pre; };
+    const Op ops[] = {{4096, 4096, true}, {4096, 1024, false}, {4096, 1024, false}, {4096, 4096, true},
+                      {4096, 14336, true}, {4096, 14336, false}, {14336, 4096, true}};
+    for (const TypeInfo& ti : TYPES) {
+      if (only != ti.name) continue;
+      fill_blocks(pool.base, pool_bytes, ti, 12345);
+      size_t layer = 0, sb = 0;
+      for (const Op& o : ops) {
+        const int64_t rb = (int64_t)o.K / ti.block_elems * ti.block_bytes;
+        layer += (size_t)o.N * rb;
+        with_type(ti.qtype, [&](auto t) { sb = std::max(sb, gq::gemv_fast_scratch<decltype(t)::value>(o.K, M, rb)); });
+      }
+      pool.copy_bytes = layer;
+      pool.copies = (int)(pool_bytes / layer);
+      void* scratch;
+      CK(cudaMalloc(&scratch, std::max<size_t>(sb, 16)));
+      const float us = time_graph([&](int i, cudaStream_t s) {
+        const uint8_t* w = pool.copy(i);
+        for (const Op& o : ops) {
+          const int64_t rb = (int64_t)o.K / ti.block_elems * ti.block_bytes;
+          if (o.pre) rewrite_x<<<M, 256, 0, s>>>((uint16_t*)x, o.K);
+          gq::GemvArgs a = {};
+          a.w = w; a.row_bytes = rb; a.N = o.N; a.K = o.K; a.x = x; a.x_stride = o.K;
+          a.out = out; a.out_stride = o.N; a.M = M; a.mode = gq::GEMV_DENSE;
+          with_type(ti.qtype, [&](auto t) {
+            CK(gq::fast::launch_with<decltype(t)::value>(a, gq::DType::BF16, scratch, sb, false, s));
+          });
+          w += (size_t)o.N * rb;
+        }
+      }, 16);
+      char nm[96];
+      std::snprintf(nm, sizeof nm, "layer %s M=%d (7 matmuls, 4 x-writing kernels)", ti.name, M);
+      row(nm, (double)layer, us);
+      CK(cudaFree(scratch));
     }
   }
   if (what == "all" || what == "check") {

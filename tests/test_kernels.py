@@ -160,6 +160,37 @@ def test_matmul_stream_one(name, rng):
         check_matmul(name, 1, N, K, rng)
 
 
+@pytest.mark.parametrize("M", [1, 4])
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "IQ4_XS", "MXFP4"])
+def test_matmul_dependent_launch_chain(name, M, rng):
+    """The stream kernel starts as a programmatic dependent launch of the kernel before it, and must
+    wait for it before reading x: in a CUDA graph, x is written by an elementwise kernel and a matmul
+    reads it at once, and a second matmul reads the first one's output. Replayed on fresh x, each
+    output must match the reference from its own input."""
+    w1, w2 = random_packed(name, (2048,), 4096, rng), random_packed(name, (4096,), 2048, rng)
+    d1, d2 = ref_dequant(w1, name).double(), ref_dequant(w2, name).double()
+    src = torch.empty(M, 4096, device=DEV, dtype=torch.bfloat16)
+    x = torch.empty_like(src)
+
+    def step():
+        x.copy_(src * 2)
+        y1 = KMOD.matmul(x, w1, qid(name))
+        return y1, KMOD.matmul(y1, w2, qid(name))
+
+    src.normal_()
+    step()  # module load and launch attributes outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y1, y2 = step()
+    for _ in range(3):
+        src.normal_()
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel_err(y1, (src.double() * 2) @ d1.T) <= TOL[torch.bfloat16]
+        assert rel_err(y2, y1.double() @ d2.T) <= TOL[torch.bfloat16]
+
+
 RAGGED = [("Q4_0", 1600), ("Q4_0", 2880), ("Q8_0", 2880), ("IQ4_XS", 2816), ("Q6_K", 3072), ("MXFP4", 1600),
           ("MXFP4", 2880), ("MXFP4", 768)]  # MXFP4 768: rows of 4k bytes, which the stream kernel declines
 

@@ -25,11 +25,11 @@ size_t gemv_fast_scratch_any(int qtype, int K, int M, int64_t row_bytes) {
   return 0;
 }
 
-cudaError_t launch_gemv_fast_any(int qtype, const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes, int pdl,
+cudaError_t launch_gemv_fast_any(int qtype, const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes,
                                  cudaStream_t stream) {
   switch (qtype) {
 #define GQ_CASE(T) \
-  case T: return launch_gemv_fast<T>(a, xt, scratch, scratch_bytes, pdl, stream);
+  case T: return launch_gemv_fast<T>(a, xt, scratch, scratch_bytes, stream);
     GQ_FAST_TYPES(GQ_CASE)
 #undef GQ_CASE
   }

@@ -321,6 +321,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   const int GR = Prep<T>::gr(1);
   extern __shared__ __align__(16) uint8_t smem[];
 
+  grid_dep_launch();  // the next kernel, launched as a dependent, may place its CTAs as these leave
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, WPC = blockDim.x >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int rho = g / CPS, kap = g % CPS;  // lane's A rows (rho, rho + MT) and chunk; its B token rho
@@ -361,15 +362,6 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       for (int e = 0; e < L::GS; ++e) v[e] = 0.f;
     }
   };
-  float v0[L::GS];  // the thread's first group, requested before the expert ids are waited for
-  if (threadIdx.x < nx * nGp) load_x(threadIdx.x, v0);
-  if constexpr (MOE) {  // unroutable ids read expert 0 and write zeros
-    for (int q = threadIdx.x; q < a.P; q += blockDim.x) {
-      const int64_t e = load_id(a.ids, a.ids64, q);
-      sid[q] = e >= 0 && e < a.n_experts ? (int)e : -1;
-    }
-    __syncthreads();
-  }
   // unit u's first weight row (rows past N are read as row N - 1 and not stored)
   const auto rows_of = [&](int u) {
     int rp = u;
@@ -452,6 +444,20 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       ++ii;
     }
   };
+  // Launched as a programmatic dependent launch (launch_choice), this CTA may start before the kernel
+  // that writes x (and the MoE ids) has finished. Asking for the first stage's weights before waiting
+  // on it was measured slower (NOTES.md v13: the x loads then queue behind them): nothing is read
+  // before the wait.
+  grid_dep_wait();
+  float v0[L::GS];  // the thread's first group, requested before the expert ids are waited for
+  if (threadIdx.x < nx * nGp) load_x(threadIdx.x, v0);
+  if constexpr (MOE) {  // unroutable ids read expert 0 and write zeros
+    for (int q = threadIdx.x; q < a.P; q += blockDim.x) {
+      const int64_t e = load_id(a.ids, a.ids64, q);
+      sid[q] = e >= 0 && e < a.n_experts ? (int)e : -1;
+    }
+    __syncthreads();
+  }
   for (int s = 0; s < S - 1; ++s) { issue(s); commit(); }
   for (int G = threadIdx.x; G < nx * nGp; G += blockDim.x) {
     const int xr = G / nGp;
@@ -676,6 +682,35 @@ inline int env_knob(const char* name) {
 // A default-on path's switch: off when `name` is set to 0.
 inline bool env_off(const char* name) { return std::getenv(name) && !env_knob(name); }
 
+// A matmul kernel here starts as a programmatic dependent launch (PDL) of the kernel before it on the
+// stream (`pdl`), so that its CTAs are placed, and start, while that kernel's last CTAs run; each
+// waits (griddepcontrol.wait) before it reads anything. A plain launch where the launch with the
+// attribute fails, or GGUF_KERNELS_PDL=0.
+inline bool knob_pdl_off() {
+  static const bool v = env_off("GGUF_KERNELS_PDL");
+  return v;
+}
+template <typename K>
+cudaError_t launch_kernel(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const FastArgs& a,
+                         bool pdl = true) {
+  if (pdl && !knob_pdl_off()) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, kernel, a) == cudaSuccess) return cudaGetLastError();
+    cudaGetLastError();
+  }
+  kernel<<<grid, block, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
 // Rows both kernels here take: whole chunks of K, packed, a multiple of 16 bytes long (so every row,
 // and every stage of the stream kernel but Q6_K's, starts 16-byte aligned).
 template <int T>
@@ -809,19 +844,27 @@ Choice choose(int N, int K, int M, int sms) {
   return best;
 }
 
+struct SmLimits { int regs, smem, reserved, threads; };  // one SM's, and the shared memory a CTA reserves
+inline const SmLimits& sm_limits() {
+  static SmLimits l = {};
+  if (!l.regs) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&l.smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    cudaDeviceGetAttribute(&l.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
+    cudaDeviceGetAttribute(&l.threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev);
+    cudaDeviceGetAttribute(&l.regs, cudaDevAttrMaxRegistersPerMultiprocessor, dev);
+  }
+  return l;
+}
 // Resident CTAs per SM of gemv_stream_kernel<T, XT, MOE, MT> with WPC warps and `smem` bytes: registers,
 // shared memory and threads, from the function's and the device's attributes (read once). The shared
 // memory carve-out is set to its largest so that this count holds.
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 int stream_ctas_per_sm(int WPC, size_t smem) {
-  static int regs = 0, sm_regs = 0, sm_smem = 0, reserved = 0, sm_threads = 0;
+  static int regs = 0;
+  const SmLimits& sm = sm_limits();
   if (!regs) {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sm_regs, cudaDevAttrMaxRegistersPerMultiprocessor, dev);
-    cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-    cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
-    cudaDeviceGetAttribute(&sm_threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev);
     const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
@@ -829,7 +872,7 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
     regs = cudaFuncGetAttributes(&fa, kernel) == cudaSuccess ? std::max(fa.numRegs, 1) : 96;
     cudaGetLastError();
   }
-  return std::min({sm_regs / (regs * 32 * WPC), (int)(sm_smem / (smem + reserved)), sm_threads / (32 * WPC)});
+  return std::min({sm.regs / (regs * 32 * WPC), (int)(sm.smem / (smem + sm.reserved)), sm.threads / (32 * WPC)});
 }
 
 // gemv_stream_kernel's launch for `units` units and `fixed` bytes of records: WPC warps per CTA, S = 2
@@ -916,8 +959,15 @@ cudaError_t launch_choice(FastArgs a, const StreamChoice& ch, cudaStream_t strea
   if (!ch.WPC) return cudaErrorNotSupported;
   a.S = ch.S;
   a.split = ch.split;
-  gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE><<<ch.ctas, 32 * ch.WPC, ch.smem, stream>>>(a);
-  return cudaGetLastError();
+  // A dependent launch only where the CTAs are one per SM, with shared memory padded to more than half
+  // an SM's so that no two share one: the block scheduler places a dependent grid's CTAs on the SMs as
+  // the previous kernel's CTAs leave, and it put two on an SM that another kernel's CTA had left early
+  // (IQ4_XS 14336 -> 4096 at M = 1: 17.3 -> 27.7 us; NOTES.md v13).
+  const bool pdl = ch.ctas <= num_sms();
+  const SmLimits& sm = sm_limits();
+  const size_t smem = pdl ? std::max(ch.smem, (size_t)(sm.smem / 2 - sm.reserved + 16)) : ch.smem;
+  return launch_kernel(gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE>, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, a,
+                       pdl);
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG>
 cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
@@ -999,7 +1049,7 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
 // The stream kernel where it takes the case (unless `tile`: benchmarks/gemv_probe.cu compares both
 // kernels in one process), else the prep kernel and gemv_fast_kernel on `scratch`.
 template <int T>
-cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, int pdl, bool tile,
+cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, bool tile,
                         cudaStream_t stream) {
   using L = FT<T>;
   if constexpr (!L::OK) {
@@ -1039,23 +1089,7 @@ cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scra
       if (e != cudaSuccess) return e;
       big = true;
     }
-    if (pdl) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = grid;
-      cfg.blockDim = block;
-      cfg.dynamicSmemBytes = smem;
-      cfg.stream = stream;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[0].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      e = cudaLaunchKernelEx(&cfg, kernel, a);
-      if (e == cudaSuccess) return cudaGetLastError();
-      cudaGetLastError();  // fall back to a plain launch
-    }
-    kernel<<<grid, block, smem, stream>>>(a);
-    return cudaGetLastError();
+    return launch_kernel(kernel, grid, block, smem, stream, a);
   }
 }
 
@@ -1112,9 +1146,9 @@ cudaError_t launch_gemv_stream(const GemvArgs& a, DType xt, cudaStream_t stream)
   return fast::launch_stream_any_m<T>(a, xt, stream);
 }
 template <int T>
-cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t scratch_size, int pdl,
+cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t scratch_size,
                              cudaStream_t stream) {
-  return fast::launch_with<T>(a, xt, scratch, scratch_size, pdl, true, stream);
+  return fast::launch_with<T>(a, xt, scratch, scratch_size, true, stream);
 }
 template <int T>
 cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, int min_chunks, cudaStream_t stream) {
@@ -1124,7 +1158,7 @@ cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, int min_chu
 #define GQ_FAST_INSTANTIATE(T)                                        \
   template size_t gemv_fast_scratch<T>(int, int, int64_t);           \
   template cudaError_t launch_gemv_stream<T>(const GemvArgs&, DType, cudaStream_t);  \
-  template cudaError_t launch_gemv_fast<T>(const GemvArgs&, DType, void*, size_t, int, cudaStream_t); \
+  template cudaError_t launch_gemv_fast<T>(const GemvArgs&, DType, void*, size_t, cudaStream_t); \
   template cudaError_t launch_gemv_fast_moe<T>(const GemvArgs&, DType, int, int, cudaStream_t);
 
 }  // namespace gq

@@ -89,14 +89,13 @@ inline int tile_splits(int N, int K, int64_t tiles) {
 // gemv_stream_kernel (no scratch) or returns cudaErrorNotSupported; where it does not take the case,
 // gemv_fast_scratch() gives the bytes of device scratch gemv_fast_kernel needs (its prep records), 0
 // when that kernel does not take it either (Q6_K), and launch_gemv_fast() runs the prep kernel and
-// that matmul (pdl: start the matmul as a programmatic dependent launch).
+// that matmul. Both matmul kernels start as programmatic dependent launches (GGUF_KERNELS_PDL=0: not).
 template <int T>
 cudaError_t launch_gemv_stream(const GemvArgs& a, DType xt, cudaStream_t stream);
 template <int T>
 size_t gemv_fast_scratch(int K, int M, int64_t row_bytes);
 template <int T>
-cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes, int pdl,
-                             cudaStream_t stream);
+cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 // MoE pairs (a.mode == GEMV_PAIRS, P pairs) on the fast path's M = 1 kernel: cudaErrorNotSupported
 // when it does not take the case (type, K, dtype, the x rows' records too large, or K shorter than
 // min_chunks of the kernel's chunks: a stage of 8 chunks a row then leaves lanes idle).
@@ -105,7 +104,7 @@ cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, int min_chu
 cudaError_t launch_gemv_stream_any(int qtype, const GemvArgs& a, DType xt, cudaStream_t stream);
 size_t gemv_fast_scratch_any(int qtype, int K, int M, int64_t row_bytes);
 cudaError_t launch_gemv_fast_any(int qtype, const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes,
-                                 int pdl, cudaStream_t stream);
+                                 cudaStream_t stream);
 cudaError_t launch_gemv_fast_moe_any(int qtype, const GemvArgs& a, DType xt, int P, int min_chunks,
                                      cudaStream_t stream);
 

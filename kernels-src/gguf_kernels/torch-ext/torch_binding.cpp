@@ -113,14 +113,9 @@ int gemv_max_m(bool mma) {
   static const int v_fma = env_int("GGUF_KERNELS_GEMV_MAX_M", 16);
   return mma ? v_mma : v_fma;
 }
-// Largest M of the fast small-M kernel (0 turns it off), and whether it starts as a programmatic
-// dependent launch of its prep kernel.
+// Largest M of the fast small-M kernel (0 turns it off).
 int fast_max_m() {
   static const int v = env_int("GGUF_KERNELS_FAST_MAX_M", 8);
-  return v;
-}
-int fast_pdl() {
-  static const int v = env_int("GGUF_KERNELS_PDL", 1);
   return v;
 }
 int moe_pairs_max() {
@@ -274,7 +269,7 @@ at::Tensor matmul(const at::Tensor& x, const at::Tensor& packed, int64_t qtype) 
     const size_t fast_bytes = use_mma(xt) && M <= fast_max_m() ? gq::gemv_fast_scratch_any((int)qtype, (int)K, (int)M, rb) : 0;
     if (fast_bytes > 0) {
       at::Tensor scratch = at::empty({(int64_t)fast_bytes}, p.options());
-      check_cuda(gq::launch_gemv_fast_any((int)qtype, a, xt, scratch.data_ptr(), fast_bytes, fast_pdl(), stream),
+      check_cuda(gq::launch_gemv_fast_any((int)qtype, a, xt, scratch.data_ptr(), fast_bytes, stream),
                  "matmul (small M, fast)");
     } else if (use_mma(xt)) {
       const int mt = M <= 8 ? 8 : gq::MMA_MT;
