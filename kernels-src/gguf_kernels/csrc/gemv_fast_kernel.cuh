@@ -88,20 +88,22 @@ __device__ __forceinline__ float2 to_f2(__half, uint32_t w) { return __half22flo
 __device__ __forceinline__ float2 to_f2(__nv_bfloat16, uint32_t w) {
   return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));
 }
+// 8 activations (one 16-byte piece) as float.
+template <typename XT>
+__device__ __forceinline__ void piece_floats(const uint4 r, float* v) {
+  const uint32_t wds[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = to_f2(XT(), wds[j]);
+    v[2 * j] = f.x;
+    v[2 * j + 1] = f.y;
+  }
+}
 // One group's activations as float (16-byte loads: x rows are 16-byte aligned on this path).
 template <int GS, typename XT>
 __device__ __forceinline__ void load_group(const XT* xp, float (&v)[GS]) {
 #pragma unroll
-  for (int i = 0; i < GS / 8; ++i) {
-    const uint4 r = *reinterpret_cast<const uint4*>(xp + 8 * i);
-    const uint32_t wds[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = to_f2(XT(), wds[j]);
-      v[8 * i + 2 * j] = f.x;
-      v[8 * i + 2 * j + 1] = f.y;
-    }
-  }
+  for (int i = 0; i < GS / 8; ++i) piece_floats<XT>(*reinterpret_cast<const uint4*>(xp + 8 * i), v + 8 * i);
 }
 template <int T, typename XT>
 __global__ void __launch_bounds__(128) prep_kernel(const XT* __restrict__ x, int64_t x_stride, int K, int M,
@@ -362,6 +364,14 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       for (int e = 0; e < L::GS; ++e) v[e] = 0.f;
     }
   };
+  // (MT = 8) the same as 16-byte pieces, converted when used
+  const auto load_raw = [&](int G, uint4 (&r)[L::GS / 8]) {
+    const int xr = G / nGp, Gl = G - xr * nGp;
+    const bool in = xr < a.M && Gl < nG;
+    const uint4* p = reinterpret_cast<const uint4*>(x + xr * a.x_stride + (int64_t)Gl * L::GS);
+#pragma unroll
+    for (int i = 0; i < L::GS / 8; ++i) r[i] = in ? p[i] : make_uint4(0, 0, 0, 0);
+  };
   // unit u's first weight row (rows past N are read as row N - 1 and not stored)
   const auto rows_of = [&](int u) {
     int rp = u;
@@ -450,7 +460,11 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   // before the wait.
   grid_dep_wait();
   float v0[L::GS];  // the thread's first group, requested before the expert ids are waited for
-  if (threadIdx.x < nx * nGp) load_x(threadIdx.x, v0);
+  uint4 r0[L::GS / 8];  // (MT = 8: as pieces)
+  if (threadIdx.x < nx * nGp) {
+    if constexpr (MT == 8) load_raw(threadIdx.x, r0);
+    else load_x(threadIdx.x, v0);
+  }
   if constexpr (MOE) {  // unroutable ids read expert 0 and write zeros
     for (int q = threadIdx.x; q < a.P; q += blockDim.x) {
       const int64_t e = load_id(a.ids, a.ids64, q);
@@ -459,14 +473,30 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     __syncthreads();
   }
   for (int s = 0; s < S - 1; ++s) { issue(s); commit(); }
-  for (int G = threadIdx.x; G < nx * nGp; G += blockDim.x) {
-    const int xr = G / nGp;
-    if (G == threadIdx.x) {
-      R::group(v0, G - xr * nGp, K, recs + rec_off(xr));
-    } else {
+  if constexpr (MT == 8) {
+    // 8 tokens' records, about 5 groups a thread at 7 warps: each group's x asked for an iteration
+    // ahead (M = 8 4096 -> 14336: -2..-3%, NOTES.md v13)
+    for (int G = threadIdx.x; G < nx * nGp; G += blockDim.x) {
+      uint4 rn[L::GS / 8];
+      if (G + (int)blockDim.x < nx * nGp) load_raw(G + blockDim.x, rn);
       float v[L::GS];
-      load_x(G, v);
+#pragma unroll
+      for (int i = 0; i < L::GS / 8; ++i) piece_floats<XT>(r0[i], v + 8 * i);
+      const int xr = G / nGp;
       R::group(v, G - xr * nGp, K, recs + rec_off(xr));
+#pragma unroll
+      for (int i = 0; i < L::GS / 8; ++i) r0[i] = rn[i];
+    }
+  } else {
+    for (int G = threadIdx.x; G < nx * nGp; G += blockDim.x) {
+      const int xr = G / nGp;
+      if (G == threadIdx.x) {
+        R::group(v0, G - xr * nGp, K, recs + rec_off(xr));
+      } else {
+        float v[L::GS];
+        load_x(G, v);
+        R::group(v, G - xr * nGp, K, recs + rec_off(xr));
+      }
     }
   }
   if (split) {
