@@ -232,7 +232,11 @@ static void upload_bf16(void* x, size_t n, uint32_t seed) {
   CK(cudaMemcpy(x, h.data(), n * 2, cudaMemcpyHostToDevice));
 }
 
-struct TypeInfo { const char* name; int qtype, block_elems, block_bytes, off0, off1, e8m0; };
+struct TypeInfo {
+  const char* name;
+  int qtype, block_elems, block_bytes, off0, off1, e8m0;
+  int64_t row_bytes(int K) const { return (int64_t)K / block_elems * block_bytes; }
+};
 static const TypeInfo TYPES[] = {
     {"Q4_0", gq::Q4_0, 32, 18, 0, -1, 0},   {"Q8_0", gq::Q8_0, 32, 34, 0, -1, 0},
     {"Q4_K", gq::Q4_K, 256, 144, 0, 2, 0},  {"Q5_K", gq::Q5_K, 256, 176, 0, 2, 0},
@@ -259,10 +263,18 @@ static void fill_blocks(uint8_t* base, size_t bytes, const TypeInfo& ti, uint64_
   CK(cudaGetLastError());
 }
 
+// A dense matmul's arguments: x [M, K] (rows K apart) by weight rows of rb bytes, out [M, N].
+static gq::GemvArgs dense_args(const uint8_t* w, int64_t rb, int N, int K, int M, const void* x, void* out) {
+  gq::GemvArgs a = {};
+  a.w = w; a.row_bytes = rb; a.N = N; a.K = K; a.x = x; a.x_stride = K;
+  a.out = out; a.out_stride = N; a.M = M; a.mode = gq::GEMV_DENSE;
+  return a;
+}
+
 template <int T>
 static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M, const void* x, void* out,
                       bool tile = false) {
-  const int64_t row_bytes = (int64_t)K / ti.block_elems * ti.block_bytes;
+  const int64_t row_bytes = ti.row_bytes(K);
   const size_t sb = gq::gemv_fast_scratch<T>(K, M, row_bytes);
   if (!sb) { std::printf("| %s fast path does not take K=%d M=%d |\n", ti.name, K, M); return; }
   void* scratch;
@@ -270,9 +282,7 @@ static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M,
   static const bool pre = std::getenv("PROBE_PRE") && std::atoi(std::getenv("PROBE_PRE"));
   auto one = [&](int i, cudaStream_t s) {
     if (pre) rewrite_x<<<M, 256, 0, s>>>((uint16_t*)x, K);
-    gq::GemvArgs a = {};
-    a.w = pool.copy(i); a.row_bytes = row_bytes; a.N = N; a.K = K; a.x = x; a.x_stride = K;
-    a.out = out; a.out_stride = N; a.M = M; a.mode = gq::GEMV_DENSE;
+    const gq::GemvArgs a = dense_args(pool.copy(i), row_bytes, N, K, M, x, out);
     CK(gq::fast::launch_with<T>(a, gq::DType::BF16, scratch, sb, tile, s));
   };
   const float us = time_graph(one, 64);
@@ -294,16 +304,14 @@ static void fast_rows(const TypeInfo& ti, const Pool& pool, int N, int K, int M,
 // approximate the exact product to the output's rounding, so they must agree to ~1e-3.
 template <int T>
 static void check_m(const TypeInfo& ti, uint8_t* w, int N, int K, int M, const void* x, void* out) {
-  const int64_t row_bytes = (int64_t)K / ti.block_elems * ti.block_bytes;
+  const int64_t row_bytes = ti.row_bytes(K);
   const size_t sb = gq::gemv_fast_scratch<T>(K, M, row_bytes);
   if (!sb) { std::printf("| check %s K=%d: fast path does not take it |\n", ti.name, K); return; }
   void* scratch;
   CK(cudaMalloc(&scratch, sb));
   std::vector<float> h[2];
   for (int tile = 0; tile < 2; ++tile) {
-    gq::GemvArgs a = {};
-    a.w = w; a.row_bytes = row_bytes; a.N = N; a.K = K; a.x = x; a.x_stride = K;
-    a.out = out; a.out_stride = N; a.M = M; a.mode = gq::GEMV_DENSE;
+    const gq::GemvArgs a = dense_args(w, row_bytes, N, K, M, x, out);
     CK(cudaMemset(out, 0xFF, (size_t)M * N * 2));  // poison: NaN in bf16
     CK(gq::fast::launch_with<T>(a, gq::DType::BF16, scratch, sb, tile == 1, 0));
     CK(cudaDeviceSynchronize());
@@ -397,7 +405,7 @@ int main(int argc, char** argv) {
         for (int M : {1, 8}) {
           if (M == 8 && sh.K != 4096) continue;
           if (!only.empty() && (M != 1 || sh.N != 14336)) continue;
-          const int64_t rb = (int64_t)sh.K / ti.block_elems * ti.block_bytes;
+          const int64_t rb = ti.row_bytes(sh.K);
           pool.copy_bytes = (size_t)sh.N * rb;  // whole rows: every copy starts on a block, 16-byte aligned
           pool.copies = (int)(pool_bytes / pool.copy_bytes);
           with_type(ti.qtype, [&](auto t) { fast_rows<decltype(t)::value>(ti, pool, sh.N, sh.K, M, x, out); });
@@ -410,7 +418,7 @@ int main(int argc, char** argv) {
       if (!only.empty() && only != ti.name) continue;
       fill_blocks(pool.base, pool_bytes, ti, 12345);
       for (Shape sh : {Shape{4096, 14336}, Shape{14336, 4096}, Shape{4096, 4096}, Shape{4096, 1024}}) {
-        const int64_t rb = (int64_t)sh.K / ti.block_elems * ti.block_bytes;
+        const int64_t rb = ti.row_bytes(sh.K);
         pool.copy_bytes = (size_t)sh.N * rb;
         pool.copies = (int)(pool_bytes / pool.copy_bytes);
         for (int M : {1, 2, 4, 8})
@@ -427,7 +435,7 @@ int main(int argc, char** argv) {
       TypeInfo twin = ti;
       twin.name = ti.qtype == gq::Q4_0 ? "Q4_0 (no decode)" : "Q4_K (no decode)";
       for (Shape sh : {Shape{4096, 14336}, Shape{14336, 4096}}) {
-        pool.copy_bytes = (size_t)sh.N * ((int64_t)sh.K / ti.block_elems * ti.block_bytes);
+        pool.copy_bytes = (size_t)sh.N * (ti.row_bytes(sh.K));
         pool.copies = (int)(pool_bytes / pool.copy_bytes);
         if (ti.qtype == gq::Q4_0) {
           fast_rows<gq::Q4_0>(ti, pool, sh.N, sh.K, 1, x, out);
@@ -444,7 +452,7 @@ int main(int argc, char** argv) {
     for (const TypeInfo& ti : TYPES) {
       if (only != ti.name) continue;
       fill_blocks(pool.base, pool_bytes, ti, 12345);
-      pool.copy_bytes = (size_t)N * ((int64_t)K / ti.block_elems * ti.block_bytes);
+      pool.copy_bytes = (size_t)N * (ti.row_bytes(K));
       pool.copies = (int)(pool_bytes / pool.copy_bytes);
       with_type(ti.qtype, [&](auto t) { fast_rows<decltype(t)::value>(ti, pool, N, K, M, x, out); });
     }
@@ -462,7 +470,7 @@ int main(int argc, char** argv) {
       fill_blocks(pool.base, pool_bytes, ti, 12345);
       size_t layer = 0, sb = 0;
       for (const Op& o : ops) {
-        const int64_t rb = (int64_t)o.K / ti.block_elems * ti.block_bytes;
+        const int64_t rb = ti.row_bytes(o.K);
         layer += (size_t)o.N * rb;
         with_type(ti.qtype, [&](auto t) { sb = std::max(sb, gq::gemv_fast_scratch<decltype(t)::value>(o.K, M, rb)); });
       }
@@ -473,11 +481,9 @@ int main(int argc, char** argv) {
       const float us = time_graph([&](int i, cudaStream_t s) {
         const uint8_t* w = pool.copy(i);
         for (const Op& o : ops) {
-          const int64_t rb = (int64_t)o.K / ti.block_elems * ti.block_bytes;
+          const int64_t rb = ti.row_bytes(o.K);
           if (o.pre) rewrite_x<<<M, 256, 0, s>>>((uint16_t*)x, o.K);
-          gq::GemvArgs a = {};
-          a.w = w; a.row_bytes = rb; a.N = o.N; a.K = o.K; a.x = x; a.x_stride = o.K;
-          a.out = out; a.out_stride = o.N; a.M = M; a.mode = gq::GEMV_DENSE;
+          const gq::GemvArgs a = dense_args(w, rb, o.N, o.K, M, x, out);
           with_type(ti.qtype, [&](auto t) {
             CK(gq::fast::launch_with<decltype(t)::value>(a, gq::DType::BF16, scratch, sb, false, s));
           });
