@@ -8,7 +8,8 @@ them), the timed calls captured back to back in one CUDA graph, replayed; the me
 over the copies is reported. The M <= 8 stream kernels start as programmatic dependent launches, so
 each call's first CTAs overlap the previous call's last ones, as consecutive projections (k and v
 after q, up after gate) do in a decode step; `benchmarks/gemv_probe.cu layer` times a whole layer's
-sequence with the kernels that write x in between. GB/s counts packed weight bytes once per call; TFLOP/s counts 2*M*N*K.
+sequence with the kernels that write x in between. GB/s counts packed weight bytes once per call;
+TFLOP/s counts 2*M*N*K.
 llama.cpp's figures come from `--llama` (a JSON written in the same run by
 benchmarks/llama_mm_bench) when given, otherwise from ANCHORS.md (another day: compare ratios
 with care).
