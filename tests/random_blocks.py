@@ -1,5 +1,6 @@
 """Random valid ggml blocks, for the dequantizer and kernel checks: every byte random except the
-scale fields, where random bytes could be inf/NaN (fp16) or out of range (MXFP4's e8m0)."""
+scale fields, where random bytes could be inf/NaN (fp16) or out of range (MXFP4's e8m0, and NVFP4's
+UE4M3, whose largest scales overflow fp16 products)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,15 +12,18 @@ SCALE_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0"
 
 
 def random_blocks(name: str, shape: tuple[int, ...], cols: int, rng: np.random.Generator,
-                  e8m0: tuple[int, int] = (118, 134)) -> np.ndarray:
+                  e8m0: tuple[int, int] = (118, 134), ue4m3: tuple[int, int] = (0x18, 0x40)) -> np.ndarray:
     """uint8 [*shape, row_bytes] for a [*shape, cols] weight of type `name`: fp16 scales ~ N(0, 0.01),
-    MXFP4 exponents drawn from `e8m0` (low inclusive, high exclusive)."""
+    MXFP4 exponents drawn from `e8m0` and NVFP4 scale bytes from `ue4m3` (low inclusive, high
+    exclusive; the default: exponents 3..7, scales 1/32..15/16)."""
     bs, ts = GGML_QUANT_SIZES[GGMLQuantizationType[name]]
     nb = cols // bs
     rows = int(np.prod(shape))
     raw = rng.integers(0, 256, size=(rows, nb, ts), dtype=np.uint8)
     if name == "MXFP4":
         raw[:, :, 0] = rng.integers(*e8m0, size=(rows, nb))
+    if name == "NVFP4":
+        raw[:, :, :4] = rng.integers(*ue4m3, size=(rows, nb, 4))
     for off in SCALE_FIELDS.get(name, []):
         h = (rng.standard_normal((rows, nb)) * 0.01).astype(np.float16)
         raw[:, :, off : off + 2] = h.view(np.uint8).reshape(rows, nb, 2)

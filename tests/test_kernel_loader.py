@@ -256,7 +256,7 @@ def test_module_without_ops_is_rejected(env, tmp_path, no_hub):
 # --- the CUDA block decoders, compiled for the host ------------------------------------------
 
 _DECODER_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-                  "IQ4_NL", "IQ4_XS", "MXFP4"]
+                  "IQ4_NL", "IQ4_XS", "MXFP4", "NVFP4"]
 
 
 @pytest.fixture(scope="module")
@@ -286,9 +286,9 @@ def test_cuda_decoders_match_gguf_py_bit_for_bit(host_decoders, name):
     qt = GGMLQuantizationType[name]
     bs, _ = GGML_QUANT_SIZES[qt]
     rng = np.random.default_rng()
-    for cols in ([256, 768] if bs == 256 else [32, 96, 2880]):  # 96: a half 64-element unit
+    for cols in {256: [256, 768], 64: [64, 192, 2880]}.get(bs, [32, 96, 2880]):  # 96: a half 64-element unit
         rows = 5
-        packed = np.ascontiguousarray(random_blocks(name, (rows,), cols, rng, e8m0=(110, 140)))
+        packed = np.ascontiguousarray(random_blocks(name, (rows,), cols, rng, e8m0=(110, 140), ue4m3=(0, 256)))
         ref = dequantize(packed, qt).reshape(rows, cols).astype(np.float32)
         out = np.full((rows, cols), np.nan, np.float32)
         rc = host_decoders.decode_rows(int(qt), packed.ctypes.data_as(ctypes.c_void_p), rows, packed.shape[1], cols,

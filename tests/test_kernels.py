@@ -19,7 +19,8 @@ from random_blocks import random_blocks
 
 KMOD = kernel_module_or_skip()
 
-TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4"]
+TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4",
+         "NVFP4"]
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 TOL = {torch.bfloat16: 1e-2, torch.float16: 1e-2, torch.float32: 1e-3}
 DEV = torch.device("cuda")
@@ -73,6 +74,8 @@ def k_for(name: str, odd: bool = False) -> int:
     bs, _ = block_of(name)
     if bs == 256:
         return 1280
+    if bs == 64:  # NVFP4: 45 and 25 blocks, neither a whole 512-element chunk
+        return 2880 if odd else 1600
     if name == "MXFP4" and not odd:
         return 2880
     return 1056 if odd else 1600
@@ -271,7 +274,7 @@ def check_moe_with_unroutable(x, packed, w, ids, name, tol):
 @pytest.mark.parametrize("T", [1, 3, 9, 40])
 @pytest.mark.parametrize("x3d", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K", "IQ4_XS", "MXFP4", "Q2_K", "Q5_1"])
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K", "IQ4_XS", "MXFP4", "NVFP4", "Q2_K", "Q5_1"])
 def test_moe_matmul(name, dtype, x3d, T, rng):
     E, N, top_k = 8, 200, 4
     K = k_for(name)
@@ -367,6 +370,8 @@ def test_kernel_op_table():
     assert kernel_loader.kernel_op("matmul", int(GGMLQuantizationType.IQ2_XXS), DEV) is None
     assert kernel_loader.kernel_op("quantize", qid("Q4_K"), DEV) is not None
     assert kernel_loader.kernel_op("quantize", int(GGMLQuantizationType.IQ2_XXS), DEV) is None  # no quantizer
+    assert kernel_loader.kernel_op("matmul", qid("NVFP4"), DEV) is not None
+    assert kernel_loader.kernel_op("quantize", qid("NVFP4"), DEV) is None  # read, not written
     assert kernel_loader.kernel_op("no_such_op", qid("Q4_K"), DEV) is None
 
 

@@ -90,6 +90,14 @@ constexpr uint32_t FP4_T0 = 0x03020100u, FP4_T1 = 0x0C080604u, FP4_T2 = 0xFDFEFF
 // kvalues_mxfp4 + 64 (the MXFP4 decoder's codes).
 constexpr uint32_t FP4P_T0 = 0x43424140u, FP4P_T1 = 0x4C484644u, FP4P_T2 = 0x3D3E3F40u, FP4P_T3 = 0x34383A3Cu;
 
+// ggml_ue4m3_to_fp32 halved (the table is doubled): bits 6..3 the exponent (bias 7), bits 2..0 the
+// mantissa, exponent 0 subnormal (m * 2^-9); 0 and 0x7F are zero; bit 7 is not read. Exact in fp32.
+GQ_HD float ue4m3_half(uint32_t x) {
+  const uint32_t e = (x >> 3) & 0xF, m = x & 7;
+  if (x == 0 || x == 0x7F) return 0.f;
+  return e == 0 ? (float)m * 0x1p-10f : as_float(((e + 119) << 23) | (m << 20));
+}
+
 // IQ4_NL / IQ4_XS codes (kvalues_iq4nl[q] + 128) of the 4-bit indices of one nibble per byte.
 GQ_HD uint32_t iq4_codes(uint32_t q) { return lut16(q, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3) ^ 0x80808080u; }
 
@@ -154,6 +162,7 @@ template <> struct CodeBits<Q6_K>   : CodeBitsOf<6, false> {};
 template <> struct CodeBits<IQ4_NL> : CodeBitsOf<8, true>  {};
 template <> struct CodeBits<IQ4_XS> : CodeBitsOf<8, true>  {};
 template <> struct CodeBits<MXFP4>  : CodeBitsOf<7, true>  {};
+template <> struct CodeBits<NVFP4>  : CodeBitsOf<7, false> {};
 
 // Groups 2h and 2h+1 share scale s and offset o.
 GQ_HD void set_pair(Codes& r, int h, float s, float o) {
@@ -382,6 +391,22 @@ GQ_HD void decode_codes<IQ4_XS>(const uint8_t* row, int u, int p, bool, Codes& r
   r.c[3] = iq4_codes(nib_hi4(B));
   set_pair(r, 0, d0, -128.f * d0);
   set_pair(r, 1, d1, -128.f * d1);
+}
+
+// block_nvfp4 { uint8_t d[4]; uint8_t qs[32]; }, one 64-element unit: group q (16 elements) has the
+// UE4M3 scale d[q] and bytes qs[8q..8q+7], byte j holding element j (low nibble) and j + 8 (high);
+// x = kvalues_mxfp4[q] * ue4m3_half(d) (code = kvalue + 64, as MXFP4's).
+template <>
+GQ_HD void decode_codes<NVFP4>(const uint8_t* row, int u, int p, bool, Codes& r) {
+  const uint8_t* b = row + u * 36;
+  const uint32_t d = u32_a4(b);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint32_t w = u32_a4(b + 4 + 8 * q + 4 * (p & 1));
+    r.c[q] = lut16(p < 2 ? nib_lo4(w) : nib_hi4(w), FP4P_T0, FP4P_T1, FP4P_T2, FP4P_T3);
+    r.s[q] = ue4m3_half((d >> (8 * q)) & 0xFF);
+    r.o[q] = -64.f * r.s[q];
+  }
 }
 
 // fp32 values: v[4q + i] = element 64u + 16q + 4p + i (correctly rounded s*code + o, which

@@ -8,12 +8,13 @@ namespace gq {
 enum QType : int {
   Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14,
-  IQ4_NL = 20, IQ4_XS = 23, MXFP4 = 39,
+  IQ4_NL = 20, IQ4_XS = 23, MXFP4 = 39, NVFP4 = 40,
 };
 
 // X(T) for every type above.
 #define GQ_FOR_EACH_TYPE(X) \
-  X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ4_NL) X(IQ4_XS) X(MXFP4)
+  X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ4_NL) X(IQ4_XS) X(MXFP4) \
+  X(NVFP4)
 
 // Elements and bytes per block.
 template <int T> struct Traits;
@@ -30,5 +31,6 @@ template <> struct Traits<Q6_K>   { static constexpr int BLOCK = 256, BYTES = 21
 template <> struct Traits<IQ4_NL> { static constexpr int BLOCK = 32,  BYTES = 18;  };
 template <> struct Traits<IQ4_XS> { static constexpr int BLOCK = 256, BYTES = 136; };
 template <> struct Traits<MXFP4>  { static constexpr int BLOCK = 32,  BYTES = 17;  };
+template <> struct Traits<NVFP4>  { static constexpr int BLOCK = 64,  BYTES = 36;  };
 
 }  // namespace gq

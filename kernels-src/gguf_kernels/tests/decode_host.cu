@@ -28,6 +28,7 @@ extern "C" int decode_rows(int t, const uint8_t* d, int rows, int rb, int K, flo
   case X: run<X>(d, rows, rb, K, out); return 0;
     GQ_CASE(Q4_0) GQ_CASE(Q4_1) GQ_CASE(Q5_0) GQ_CASE(Q5_1) GQ_CASE(Q8_0) GQ_CASE(Q2_K) GQ_CASE(Q3_K)
     GQ_CASE(Q4_K) GQ_CASE(Q5_K) GQ_CASE(Q6_K) GQ_CASE(IQ4_NL) GQ_CASE(IQ4_XS) GQ_CASE(MXFP4)
+    GQ_CASE(NVFP4)
 #undef GQ_CASE
   }
   return 1;

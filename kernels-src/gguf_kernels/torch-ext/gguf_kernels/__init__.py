@@ -36,10 +36,11 @@ _BLOCKS = {
     20: (32, 18),  # IQ4_NL
     23: (256, 136),  # IQ4_XS
     39: (32, 17),  # MXFP4
+    40: (64, 36),  # NVFP4
 }
 SUPPORTED_TYPES = frozenset(_BLOCKS)
-# Types the quantize kernel writes (every type above).
-QUANTIZE_TYPES = frozenset(_BLOCKS)
+# Types the quantize kernel writes (every type above but NVFP4).
+QUANTIZE_TYPES = SUPPORTED_TYPES - {40}
 OPS = ("dequantize", "get_rows", "matmul", "moe_matmul", "quantize")
 
 
