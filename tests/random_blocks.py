@@ -8,7 +8,8 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 # Offsets of the fp16 scale fields in each block (ggml-common.h).
 SCALE_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
-                "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0]}
+                "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0],
+                "IQ2_XXS": [0], "IQ2_XS": [0], "IQ2_S": [0], "IQ3_XXS": [0], "IQ3_S": [0], "IQ1_S": [0]}
 
 
 def random_blocks(name: str, shape: tuple[int, ...], cols: int, rng: np.random.Generator,
@@ -27,4 +28,8 @@ def random_blocks(name: str, shape: tuple[int, ...], cols: int, rng: np.random.G
     for off in SCALE_FIELDS.get(name, []):
         h = (rng.standard_normal((rows, nb)) * 0.01).astype(np.float16)
         raw[:, :, off : off + 2] = h.view(np.uint8).reshape(rows, nb, 2)
+    if name == "IQ1_M":  # its fp16 d: the top nibbles of the four 16-bit scale words (bytes 48..55)
+        h = (rng.standard_normal((rows, nb)) * 0.01).astype(np.float16).view(np.uint16)
+        odd = raw[:, :, 49:56:2]
+        raw[:, :, 49:56:2] = (odd & 0x0F) | (((h[..., None] >> (4 * np.arange(4))) & 0xF) << 4).astype(np.uint8)
     return raw.reshape(*shape, nb * ts)

@@ -256,7 +256,10 @@ def test_module_without_ops_is_rejected(env, tmp_path, no_hub):
 # --- the CUDA block decoders, compiled for the host ------------------------------------------
 
 _DECODER_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-                  "IQ4_NL", "IQ4_XS", "MXFP4", "NVFP4"]
+                  "IQ4_NL", "IQ4_XS", "MXFP4", "NVFP4", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"]
+
+
+_SCALED = {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"}  # finite test data (random_blocks)
 
 
 @pytest.fixture(scope="module")
@@ -287,14 +290,26 @@ def test_cuda_decoders_match_gguf_py_bit_for_bit(host_decoders, name):
     bs, _ = GGML_QUANT_SIZES[qt]
     rng = np.random.default_rng()
     for cols in {256: [256, 768], 64: [64, 192, 2880]}.get(bs, [32, 96, 2880]):  # 96: a half 64-element unit
-        rows = 5
+        rows = 64
         packed = np.ascontiguousarray(random_blocks(name, (rows,), cols, rng, e8m0=(110, 140), ue4m3=(0, 256)))
+        assert name not in _SCALED or np.isfinite(dequantize(packed, qt)).all()
         ref = dequantize(packed, qt).reshape(rows, cols).astype(np.float32)
         out = np.full((rows, cols), np.nan, np.float32)
         rc = host_decoders.decode_rows(int(qt), packed.ctypes.data_as(ctypes.c_void_p), rows, packed.shape[1], cols,
                                        out.ctypes.data_as(ctypes.c_void_p))
         assert rc == 0
         np.testing.assert_array_equal(out, ref)
+
+
+def test_iq_grid_header_is_gguf_pys_tables():
+    """csrc/iq_grids.h is what tools/gen_iq_grids.py writes from the installed gguf-py."""
+    import importlib.util
+
+    src = bk.default_source_dir()
+    spec = importlib.util.spec_from_file_location("gen_iq_grids", src / "tools" / "gen_iq_grids.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert (src / "csrc" / "iq_grids.h").read_text() == gen.header()
 
 
 def test_fast_path_data_layout_on_the_host():

@@ -20,7 +20,7 @@ from random_blocks import random_blocks
 KMOD = kernel_module_or_skip()
 
 TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4",
-         "NVFP4"]
+         "NVFP4", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"]
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 TOL = {torch.bfloat16: 1e-2, torch.float16: 1e-2, torch.float32: 1e-3}
 DEV = torch.device("cuda")
@@ -274,7 +274,8 @@ def check_moe_with_unroutable(x, packed, w, ids, name, tol):
 @pytest.mark.parametrize("T", [1, 3, 9, 40])
 @pytest.mark.parametrize("x3d", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K", "IQ4_XS", "MXFP4", "NVFP4", "Q2_K", "Q5_1"])
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K", "IQ4_XS", "MXFP4", "NVFP4", "IQ2_XXS", "IQ3_S",
+                                  "IQ1_M", "Q2_K", "Q5_1"])
 def test_moe_matmul(name, dtype, x3d, T, rng):
     E, N, top_k = 8, 200, 4
     K = k_for(name)
@@ -367,11 +368,12 @@ def test_opcheck(rng):
 def test_kernel_op_table():
     assert kernel_loader.kernel_op("matmul", qid("Q4_K"), DEV) is not None
     assert kernel_loader.kernel_op("matmul", qid("Q4_K"), torch.device("cpu")) is None
-    assert kernel_loader.kernel_op("matmul", int(GGMLQuantizationType.IQ2_XXS), DEV) is None
+    assert kernel_loader.kernel_op("matmul", int(GGMLQuantizationType.TQ1_0), DEV) is None
     assert kernel_loader.kernel_op("quantize", qid("Q4_K"), DEV) is not None
     assert kernel_loader.kernel_op("quantize", int(GGMLQuantizationType.IQ2_XXS), DEV) is None  # no quantizer
-    assert kernel_loader.kernel_op("matmul", qid("NVFP4"), DEV) is not None
-    assert kernel_loader.kernel_op("quantize", qid("NVFP4"), DEV) is None  # read, not written
+    for name in ("NVFP4", "IQ2_XXS", "IQ1_M"):  # read, not written
+        assert kernel_loader.kernel_op("matmul", qid(name), DEV) is not None
+        assert kernel_loader.kernel_op("quantize", qid(name), DEV) is None
     assert kernel_loader.kernel_op("no_such_op", qid("Q4_K"), DEV) is None
 
 

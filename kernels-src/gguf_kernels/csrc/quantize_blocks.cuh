@@ -906,11 +906,10 @@ template <> struct QOps<IQ4_XS> : QGeom<IQ4_XS, 32>, Gather<false> {
   }
 };
 
-// Which types have a quantizer here: every type of qtypes.h but NVFP4, which the kernels read and
-// gguf_quant's quantizers (torch path included) do not write.
+// Which types have a quantizer here (GQ_FOR_EACH_QUANT_TYPE of qtypes.h).
 GQ_HD constexpr bool quantize_supported(int t) {
 #define GQ_IS(T) t == T ||
-  return t != NVFP4 && (GQ_FOR_EACH_TYPE(GQ_IS) false);
+  return GQ_FOR_EACH_QUANT_TYPE(GQ_IS) false;
 #undef GQ_IS
 }
 

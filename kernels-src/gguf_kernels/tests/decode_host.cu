@@ -1,7 +1,7 @@
 // The block decoders of csrc/ggml_blocks.cuh compiled for the host, so they can be checked
 // against gguf-py on a machine without a GPU (tests/test_kernel_loader.py builds this with
 // `nvcc -shared` when nvcc is on PATH).
-#include "../csrc/ggml_blocks.cuh"
+#include "../csrc/iq_blocks.cuh"
 
 using namespace gq;
 
@@ -28,7 +28,8 @@ extern "C" int decode_rows(int t, const uint8_t* d, int rows, int rb, int K, flo
   case X: run<X>(d, rows, rb, K, out); return 0;
     GQ_CASE(Q4_0) GQ_CASE(Q4_1) GQ_CASE(Q5_0) GQ_CASE(Q5_1) GQ_CASE(Q8_0) GQ_CASE(Q2_K) GQ_CASE(Q3_K)
     GQ_CASE(Q4_K) GQ_CASE(Q5_K) GQ_CASE(Q6_K) GQ_CASE(IQ4_NL) GQ_CASE(IQ4_XS) GQ_CASE(MXFP4)
-    GQ_CASE(NVFP4)
+    GQ_CASE(NVFP4) GQ_CASE(IQ2_XXS) GQ_CASE(IQ2_XS) GQ_CASE(IQ2_S) GQ_CASE(IQ3_XXS) GQ_CASE(IQ3_S) GQ_CASE(IQ1_S)
+    GQ_CASE(IQ1_M)
 #undef GQ_CASE
   }
   return 1;

@@ -37,10 +37,17 @@ _BLOCKS = {
     23: (256, 136),  # IQ4_XS
     39: (32, 17),  # MXFP4
     40: (64, 36),  # NVFP4
+    16: (256, 66),  # IQ2_XXS
+    17: (256, 74),  # IQ2_XS
+    22: (256, 82),  # IQ2_S
+    18: (256, 98),  # IQ3_XXS
+    21: (256, 110),  # IQ3_S
+    19: (256, 50),  # IQ1_S
+    29: (256, 56),  # IQ1_M
 }
 SUPPORTED_TYPES = frozenset(_BLOCKS)
-# Types the quantize kernel writes (every type above but NVFP4).
-QUANTIZE_TYPES = SUPPORTED_TYPES - {40}
+# Types the quantize kernel writes: all above but NVFP4 and the i-quants below IQ4, which are read only.
+QUANTIZE_TYPES = SUPPORTED_TYPES - {40, 16, 17, 22, 18, 21, 19, 29}
 OPS = ("dequantize", "get_rows", "matmul", "moe_matmul", "quantize")
 
 
