@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
+#include <unordered_set>
 
 #include "gemv_fast.cuh"
 #include "launch.h"
@@ -984,20 +986,60 @@ StreamChoice stream_choice(const FastArgs& a, int units, size_t fixed) {
   return choose_stream<T, XT, MOE, MT, RAG, ONE>(units, fixed, nst,
                                                  (MOE ? a.nx : ONE ? 1 : MT) * nch * (FT<T>::CE / FT<T>::GS));
 }
+// The stream kernels launched so far (as a graph's kernel nodes name their functions): they trigger
+// their dependents at their start. `add`: record f; else whether f is one.
+inline bool stream_kernel_seen(const void* f, bool add) {
+  static std::mutex mu;
+  static std::unordered_set<const void*> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (add) seen.insert(f);
+  return seen.count(f) > 0;
+}
+// Whether the kernel before this launch on `stream` is a stream kernel, so that a dependent launch
+// overlaps its last CTAs; after any other kernel (torch's, which never trigger) it cost 0.4 us (NOTES.md
+// v13). Known while the stream is captured into a CUDA graph, from the node the launch will follow;
+// outside capture, where each launch waits on the host and nothing overlaps, false.
+// GGUF_KERNELS_PDL=2: a dependent launch after any kernel (v13's rule, for A/B runs).
+inline bool follows_stream_kernel(cudaStream_t stream) {
+  static const bool any = env_knob("GGUF_KERNELS_PDL") == 2;
+  if (any) return true;
+#if CUDART_VERSION >= 13000
+  cudaStreamCaptureStatus st;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;  // asked for, so that edges with data are not a lossy query
+  size_t n = 0;
+  if (cudaStreamGetCaptureInfo(stream, &st, nullptr, nullptr, &deps, &edges, &n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (st != cudaStreamCaptureStatusActive || n != 1) return false;
+  cudaGraphNodeType type;
+  cudaKernelNodeParams p = {};
+  if (cudaGraphNodeGetType(deps[0], &type) != cudaSuccess || type != cudaGraphNodeTypeKernel ||
+      cudaGraphKernelNodeGetParams(deps[0], &p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return stream_kernel_seen(p.func, false);
+#else
+  return false;
+#endif
+}
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 cudaError_t launch_choice(FastArgs a, const StreamChoice& ch, cudaStream_t stream) {
   if (!ch.WPC) return cudaErrorNotSupported;
   a.S = ch.S;
   a.split = ch.split;
-  // A dependent launch only where the CTAs are one per SM, with shared memory padded to more than half
-  // an SM's so that no two share one: the block scheduler places a dependent grid's CTAs on the SMs as
-  // the previous kernel's CTAs leave, and it put two on an SM that another kernel's CTA had left early
-  // (IQ4_XS 14336 -> 4096 at M = 1: 17.3 -> 27.7 us; NOTES.md v13).
-  const bool pdl = ch.ctas <= num_sms();
+  // A dependent launch only after a stream kernel, and where the CTAs are one per SM, with shared memory
+  // padded to more than half an SM's so that no two share one: the block scheduler places a dependent
+  // grid's CTAs on the SMs as the previous kernel's CTAs leave, and it put two on an SM that another
+  // kernel's CTA had left early (IQ4_XS 14336 -> 4096 at M = 1: 17.3 -> 27.7 us; NOTES.md v13).
+  const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE>;
+  const bool pdl = ch.ctas <= num_sms() && follows_stream_kernel(stream);
+  stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
   const SmLimits& sm = sm_limits();
   const size_t smem = pdl ? std::max(ch.smem, (size_t)(sm.smem / 2 - sm.reserved + 16)) : ch.smem;
-  return launch_kernel(gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE>, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, a,
-                       pdl);
+  return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, a, pdl);
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG>
 cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
