@@ -24,6 +24,9 @@ for name in TYPES:
         k.matmul(torch.randn(20, 8192, device=dev, dtype=torch.bfloat16), random_packed(name, (37,), 8192, rng), q)  # split K
         e = random_packed(name, (40, 37), K, rng)  # 2 pairs on 40 experts, one unroutable
         k.moe_matmul(torch.randn(1, K, device=dev, dtype=torch.bfloat16), e, torch.tensor([[3, -1]], device=dev), q)
+    for M in (12, 24):  # tile_fast_kernel (Q4_0, IQ4_XS, MXFP4) with K split in two and in eight
+        for N, K in ((14335, 2048), (4000, 9728)):
+            k.matmul(torch.randn(M, K, device=dev, dtype=torch.bfloat16), random_packed(name, (N,), K, rng), q)
     for M in (2, 4):  # the stream kernel's stages split over a CTA's warps
         k.matmul(torch.randn(M, 8192, device=dev, dtype=torch.bfloat16), random_packed(name, (199,), 8192, rng), q)
     # the stream kernel's 4-row form (one kept value a lane): M = 1 with many rows, a 3-row last unit;

@@ -163,6 +163,18 @@ def test_matmul_stream_one(name, rng):
         check_matmul(name, 1, N, K, rng)
 
 
+@pytest.mark.parametrize("M", [9, 16, 17, 32])
+@pytest.mark.parametrize("name", ["Q4_0", "IQ4_XS", "MXFP4"])
+def test_matmul_tile_fast(name, M, rng):
+    """M = 9..32 on rows of whole 16-byte pieces (tile_fast_kernel, a tile of 16 or 32 tokens, partial at
+    M = 9 and 17; IQ4_XS only to 16, then the tile kernel), bf16 and fp16 x: N = 14335 with K = 2048 (112 CTAs, K split in two, a last CTA past
+    N), N = 4000 with K = 9728 (K split in eight: 5 chunks each and 3 for the 256-element types; 3 each,
+    1 and an empty split for the 512-element ones)."""
+    for N, K in ((14335, 2048), (4000, 9728)):
+        for dtype in (torch.bfloat16, torch.float16):
+            check_matmul(name, M, N, K, rng, dtype)
+
+
 @pytest.mark.parametrize("M", [1, 4])
 @pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "IQ4_XS", "MXFP4"])
 def test_matmul_dependent_launch_chain(name, M, rng):

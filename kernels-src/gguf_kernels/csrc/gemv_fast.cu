@@ -36,6 +36,27 @@ cudaError_t launch_gemv_fast_any(int qtype, const GemvArgs& a, DType xt, void* s
   return cudaErrorNotSupported;
 }
 
+size_t tile_fast_scratch_any(int qtype, int N, int K, int M, int64_t row_bytes) {
+  switch (qtype) {
+#define GQ_CASE(T) \
+  case T: return tile_fast_scratch<T>(N, K, M, row_bytes);
+    GQ_FAST_TYPES(GQ_CASE)
+#undef GQ_CASE
+  }
+  return 0;
+}
+
+cudaError_t launch_tile_fast_any(int qtype, const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes,
+                                 cudaStream_t stream) {
+  switch (qtype) {
+#define GQ_CASE(T) \
+  case T: return launch_tile_fast<T>(a, xt, scratch, scratch_bytes, stream);
+    GQ_FAST_TYPES(GQ_CASE)
+#undef GQ_CASE
+  }
+  return cudaErrorNotSupported;
+}
+
 cudaError_t launch_gemv_fast_moe_any(int qtype, const GemvArgs& a, DType xt, int P, int min_chunks,
                                      cudaStream_t stream) {
   switch (qtype) {

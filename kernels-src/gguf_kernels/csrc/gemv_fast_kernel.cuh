@@ -74,7 +74,7 @@ struct FastArgs {
 // Row stride of a stage holding U chunks: a multiple of 16 with an odd number of 16-byte units, so
 // the 8 rows g (stride RS/4 words = 4 mod 8) and 4 lanes c hit 32 different banks.
 template <int T>
-GQ_HD int rs_bytes(int U) {
+GQ_HD constexpr int rs_bytes(int U) {
   using L = FT<T>;
   int n = (U * L::CB + (L::MIS ? 12 : 0) + 15) / 16;
   return 16 * (n | 1);
@@ -722,9 +722,8 @@ inline bool knob_pdl_off() {
   static const bool v = env_off("GGUF_KERNELS_PDL");
   return v;
 }
-template <typename K>
-cudaError_t launch_kernel(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const FastArgs& a,
-                         bool pdl = true) {
+template <typename K, typename... A>
+cudaError_t launch_kernel(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl, A... a) {
   if (pdl && !knob_pdl_off()) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
@@ -736,10 +735,10 @@ cudaError_t launch_kernel(K kernel, dim3 grid, dim3 block, size_t smem, cudaStre
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, kernel, a) == cudaSuccess) return cudaGetLastError();
+    if (cudaLaunchKernelEx(&cfg, kernel, a...) == cudaSuccess) return cudaGetLastError();
     cudaGetLastError();
   }
-  kernel<<<grid, block, smem, stream>>>(a);
+  kernel<<<grid, block, smem, stream>>>(a...);
   return cudaGetLastError();
 }
 
@@ -1039,7 +1038,7 @@ cudaError_t launch_choice(FastArgs a, const StreamChoice& ch, cudaStream_t strea
   stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
   const SmLimits& sm = sm_limits();
   const size_t smem = pdl ? std::max(ch.smem, (size_t)(sm.smem / 2 - sm.reserved + 16)) : ch.smem;
-  return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, a, pdl);
+  return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a);
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG>
 cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
@@ -1118,6 +1117,22 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
          : M <= 4 ? launch_stream_dense<T, 4>(a, xt, stream)
                   : launch_stream_dense<T, 8>(a, xt, stream);
 }
+// prep_kernel: the records of ga's M tokens into `scratch` (Prep<T>'s layout: B part, then sigma / beta).
+template <int T>
+cudaError_t launch_prep(const GemvArgs& ga, DType xt, void* scratch, cudaStream_t stream) {
+  const int K = ga.K, M = ga.M;
+  uint8_t* xb = reinterpret_cast<uint8_t*>(scratch);
+  uint8_t* xs = xb + Prep<T>::b_bytes(K, M);
+  const dim3 grid((K / FT<T>::GS * M + 127) / 128);
+  if (xt == DType::BF16)
+    prep_kernel<T, __nv_bfloat16><<<grid, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(ga.x), ga.x_stride,
+                                                             K, M, xb, xs);
+  else if (xt == DType::F16)
+    prep_kernel<T, __half><<<grid, 128, 0, stream>>>(reinterpret_cast<const __half*>(ga.x), ga.x_stride, K, M, xb, xs);
+  else
+    return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
 // The stream kernel where it takes the case (unless `tile`: benchmarks/gemv_probe.cu compares both
 // kernels in one process), else the prep kernel and gemv_fast_kernel on `scratch`.
 template <int T>
@@ -1133,23 +1148,11 @@ cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scra
     }
     const int K = ga.K, M = ga.M, N = ga.N;
     if (scratch_bytes<T>(K, M, ga.row_bytes) == 0 || scratch_size < Prep<T>::bytes(K, M)) return cudaErrorInvalidValue;
-    FastArgs a = fast_args(ga, xt);
-    uint8_t* xb = reinterpret_cast<uint8_t*>(scratch);
-    uint8_t* xs = xb + Prep<T>::b_bytes(K, M);
-    const int nthreads = K / L::GS * M;
-    const dim3 pgrid((nthreads + 127) / 128);
-    if (xt == DType::BF16)
-      prep_kernel<T, __nv_bfloat16><<<pgrid, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(ga.x),
-                                                               ga.x_stride, K, M, xb, xs);
-    else if (xt == DType::F16)
-      prep_kernel<T, __half><<<pgrid, 128, 0, stream>>>(reinterpret_cast<const __half*>(ga.x), ga.x_stride, K, M,
-                                                        xb, xs);
-    else
-      return cudaErrorInvalidValue;
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e = launch_prep<T>(ga, xt, scratch, stream);
     if (e != cudaSuccess) return e;
-
-    a.xb = xb; a.xs = xs;
+    FastArgs a = fast_args(ga, xt);
+    a.xb = reinterpret_cast<uint8_t*>(scratch);
+    a.xs = a.xb + Prep<T>::b_bytes(K, M);
     const Choice ch = choose<T>(N, K, M, num_sms());
     a.S = ch.S; a.U = ch.U; a.RS = rs_bytes<T>(ch.U);
     const dim3 grid((unsigned)((N + 15) / 16)), block(32 * ch.W);
@@ -1161,7 +1164,7 @@ cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scra
       if (e != cudaSuccess) return e;
       big = true;
     }
-    return launch_kernel(kernel, grid, block, smem, stream, a);
+    return launch_kernel(kernel, grid, block, smem, stream, true, a);
   }
 }
 

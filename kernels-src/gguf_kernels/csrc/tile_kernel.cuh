@@ -179,6 +179,14 @@ __global__ void __launch_bounds__(256) split_reduce_kernel(const float* __restri
   }
 }
 
+template <typename XT>
+cudaError_t launch_split_reduce(const float* ws, int splits, int64_t rows, int N, XT* out, int64_t out_stride,
+                                cudaStream_t stream) {
+  const unsigned blocks = (unsigned)std::min<int64_t>((rows * N + 255) / 256, 8 * num_sms());
+  split_reduce_kernel<XT><<<blocks, 256, 0, stream>>>(ws, splits, rows, N, out, out_stride);
+  return cudaGetLastError();
+}
+
 template <int T, int NT, typename XT>
 cudaError_t launch_tile_impl(const GemvArgs& a, int64_t tiles, int splits, float* ws, cudaStream_t stream) {
   constexpr size_t smem = TileGeom<T, NT>::SMEM;
@@ -194,10 +202,7 @@ cudaError_t launch_tile_impl(const GemvArgs& a, int64_t tiles, int splits, float
   tile_kernel<T, NT, XT><<<grid, dim3(32 * TILE_WARPS), smem, stream>>>(a, ws);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || splits == 1) return e;
-  const int64_t total = a.out_rows * a.N;
-  const unsigned blocks = (unsigned)std::min<int64_t>((total + 255) / 256, 8 * num_sms());
-  split_reduce_kernel<XT><<<blocks, 256, 0, stream>>>(ws, splits, a.out_rows, a.N, reinterpret_cast<XT*>(a.out), a.out_stride);
-  return cudaGetLastError();
+  return launch_split_reduce(ws, splits, a.out_rows, a.N, reinterpret_cast<XT*>(a.out), a.out_stride, stream);
 }
 
 template <int T>

@@ -244,6 +244,19 @@ at::Tensor matmul(const at::Tensor& x, const at::Tensor& packed, int64_t qtype) 
   const DType xt = dtype_code(x.scalar_type());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
 
+  // 9..32 tokens: one decode per tile with the scale after the product, where it takes the type (Q4_0,
+  // IQ4_XS, MXFP4), rows (those of the fast small-M kernels) and shape (a wave of CTAs); else the tile
+  // kernel, gemv_mma_kernel or cuBLAS.
+  const size_t tf_bytes = use_mma(xt) && M > fast_max_m() ? gq::tile_fast_scratch_any((int)qtype, (int)N, (int)K, (int)M, rb) : 0;
+  if (tf_bytes > 0) {
+    at::Tensor out = at::empty({M, N}, x.options());
+    at::Tensor scratch = at::empty({(int64_t)tf_bytes}, p.options());
+    const cudaError_t e = gq::launch_tile_fast_any((int)qtype, dense_args(p, xc, out), xt, scratch.data_ptr(), tf_bytes, stream);
+    if (e != cudaErrorNotSupported) {
+      check_cuda(e, "matmul (tile, scale after the product)");
+      return out.reshape(oshape);
+    }
+  }
   if (use_mma(xt) && M > fast_max_m() && M >= tile_min_m(qtype) && M <= tile_max_m(qtype)) {  // one decode per tile
     const int tt = tile_tokens(M, 32);
     at::Tensor out = at::empty({M, N}, x.options());
