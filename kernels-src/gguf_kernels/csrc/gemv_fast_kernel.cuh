@@ -1035,7 +1035,8 @@ cudaError_t launch_choice(FastArgs a, const StreamChoice& ch, cudaStream_t strea
   // kernel's CTA had left early (IQ4_XS 14336 -> 4096 at M = 1: 17.3 -> 27.7 us; NOTES.md v13).
   const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE>;
   const bool pdl = ch.ctas <= num_sms() && follows_stream_kernel(stream);
-  stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
+  static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);  // once a kernel
+  (void)recorded;
   const SmLimits& sm = sm_limits();
   const size_t smem = pdl ? std::max(ch.smem, (size_t)(sm.smem / 2 - sm.reserved + 16)) : ch.smem;
   return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a);
