@@ -399,6 +399,8 @@ template <int T> struct Prep {
   }
   static GQ_HD size_t b_bytes(int K, int M) { return (size_t)(K / L::GS) * M * BREC; }
   static GQ_HD size_t bytes(int K, int M) { return b_bytes(K, M) + (size_t)(K / L::GS) * gr(M); }
+  // bytes() rounded up to 256: where a scratch buffer's next part (tile_fast_kernel's workspace) starts
+  static GQ_HD size_t scratch(int K, int M) { return (bytes(K, M) + 255) / 256 * 256; }
 
   // One (group G, token t): xv = the group's GS activations as float.
   static GQ_HD void group(const float* xv, int G, int t, int M, uint8_t* xb, uint8_t* xs) {

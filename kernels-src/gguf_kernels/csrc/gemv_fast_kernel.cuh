@@ -781,7 +781,7 @@ size_t scratch_bytes(int K, int M, int64_t row_bytes) {
   static const int q6k = env_knob("GGUF_KERNELS_FAST_Q6K");
   const int max_m = T == Q6_K ? (q6k ? 8 : 0) : 8;
   if (M < 1 || M > max_m || !rows_fit<T>(K, row_bytes)) return 0;
-  return (Prep<T>::bytes(K, M) + 255) / 256 * 256;
+  return Prep<T>::scratch(K, M);
 }
 
 struct Choice { int W, S, U; };

@@ -213,20 +213,27 @@ cudaError_t launch_tile_fast_nt(const FastArgs& a, const TileFastChoice& ch, flo
 
 }  // namespace fast
 
-// Scratch bytes for the prep records and the K splits' workspace, or 0 when this kernel does not take
-// (T, K, M, row_bytes).
+namespace fast {
+// The launch (`ch`) for (T, N, K, M, row_bytes) and its scratch bytes (the prep records, then with K
+// split the fp32 workspace [Z][M][N]), or 0 when this kernel does not take the case.
 template <int T>
-size_t tile_fast_scratch(int N, int K, int M, int64_t row_bytes) {
-  if constexpr (!fast::tile_fast_type<T>()) {
+size_t tile_fast_plan(int N, int K, int M, int64_t row_bytes, TileFastChoice& ch) {
+  if constexpr (!tile_fast_type<T>()) {
     return 0;
   } else {
-    if (M <= 8 || M > fast::tile_fast_max_m<T>() || !fast::rows_fit<T>(K, row_bytes)) return 0;
+    if (M <= 8 || M > tile_fast_max_m<T>() || !rows_fit<T>(K, row_bytes)) return 0;
+    ch = tile_fast_choice<T>(N, K, M);
     // at least one CTA an SM (IQ4_XS / MXFP4 4096 -> 4096 at M = 9..16, on 128 CTAs: 0.81-0.84x)
-    const fast::TileFastChoice ch = fast::tile_fast_choice<T>(N, K, M);
-    if (ch.ctas * ch.Z < num_sms()) return 0;
-    // the prep records, then (K split) the fp32 workspace [Z][M][N]
-    return (fast::Prep<T>::bytes(K, M) + 255) / 256 * 256 + (ch.Z > 1 ? (size_t)ch.Z * M * N * sizeof(float) : 0);
+    if (ch.ctas * ch.Z < num_sms() || ch.tiles > 65535 || ch.smem > 227 * 1024) return 0;
+    return Prep<T>::scratch(K, M) + (ch.Z > 1 ? (size_t)ch.Z * M * N * sizeof(float) : 0);
   }
+}
+}  // namespace fast
+
+template <int T>
+size_t tile_fast_scratch(int N, int K, int M, int64_t row_bytes) {
+  fast::TileFastChoice ch;
+  return fast::tile_fast_plan<T>(N, K, M, row_bytes, ch);
 }
 
 // The prep kernel (records of the M tokens at the start of `scratch`), then tile_fast_kernel.
@@ -236,18 +243,17 @@ cudaError_t launch_tile_fast(const GemvArgs& ga, DType xt, void* scratch, size_t
   if constexpr (!tile_fast_type<T>()) {
     return cudaErrorNotSupported;
   } else {
-    const int K = ga.K, M = ga.M, N = ga.N;
-    const size_t need = tile_fast_scratch<T>(N, K, M, ga.row_bytes);
+    const int K = ga.K, M = ga.M;
+    TileFastChoice ch;
+    const size_t need = tile_fast_plan<T>(ga.N, K, M, ga.row_bytes, ch);
     if (need == 0 || scratch_size < need || (xt != DType::BF16 && xt != DType::F16)) return cudaErrorNotSupported;
-    const TileFastChoice ch = tile_fast_choice<T>(N, K, M);
-    if (ch.tiles > 65535 || ch.smem > 227 * 1024) return cudaErrorNotSupported;
     cudaError_t e = launch_prep<T>(ga, xt, scratch, stream);
     if (e != cudaSuccess) return e;
     FastArgs a = fast_args(ga, xt);
     a.xb = reinterpret_cast<uint8_t*>(scratch);
     a.xs = a.xb + Prep<T>::b_bytes(K, M);
     a.S = ch.S;
-    float* ws = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + (Prep<T>::bytes(K, M) + 255) / 256 * 256);
+    float* ws = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + Prep<T>::scratch(K, M));
     switch (ch.NT) {
       case 2: return launch_tile_fast_nt<T, 2>(a, ch, ws, stream);
       case 4: return launch_tile_fast_nt<T, 4>(a, ch, ws, stream);
