@@ -5,6 +5,10 @@ Needs a CUDA device and a kernel build the loader can find (`GGUF_QUANT_KERNELS=
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -319,6 +323,16 @@ def test_moe_matmul_fast_pairs(name, dtype, x3d, rng):
         ids[1, 2], ids[3, 0] = -1, E
         x = torch.randn((T, top_k, K) if x3d else (T, K), device=DEV, dtype=dtype)
         check_moe_with_unroutable(x, packed, w, ids, name, TOL[dtype])
+
+
+def test_moe_matmul_pairs_without_one():
+    """The stream kernel's MoE forms that its 4-row form (ONE) now replaces where K is at most 8 chunks
+    (the MT = 1 row pairs; the MT = 2 mapping for K of at most 4 chunks) stay reachable with
+    GGUF_KERNELS_FAST_ONE=0, which the launch reads once a process: the fast-pairs cases in a child."""
+    env = {**os.environ, "GGUF_KERNELS_FAST_ONE": "0"}
+    r = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-k",
+                        "fast_pairs and bfloat16"], env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
 
 
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])

@@ -830,7 +830,9 @@ inline int knob_w() { static const int v = env_knob("GGUF_KERNELS_FAST_W"); retu
 inline int knob_s() { static const int v = env_knob("GGUF_KERNELS_FAST_S"); return v; }
 
 // Pick warps per CTA (split of K) and stages: prefer configurations where every CTA is resident at
-// once (one wave), and among those the most weight bytes in flight per SM.
+// once (one wave), and among those the most weight bytes in flight per SM, discounted below 16 warps
+// an SM (NOTES.md v15: 8 warps of 2 stages beat 4 warps of 4 stages, the same bytes in flight, by
+// 8-17% at M = 5..8 on 14336 -> 4096 and 4096 -> 4096 for Q4_0, Q4_K and Q5_K).
 // U: type chunks per stage (each stage asks for U * CB contiguous bytes of every row at once). Measured
 // (NOTES.md v4b): U = 2 helped Q8_0 (~8%), U = 4 vs 1 was within noise for Q4_0/Q4_K, U >= 2 hurt Q6_K
 // (fewer warps per SM); so the smallest U with runs of >= 400 bytes, for M <= 4 (at M = 8 the B
@@ -867,8 +869,8 @@ Choice choose(int N, int K, int M, int sms) {
       const bool one_wave = tiles <= sms * per_sm;
       const double warps_sm = std::min<double>((double)tiles * W / sms, (double)per_sm * W);
       const double inflight = warps_sm * std::min(S - 1, mych) * 16.0 * U * L::CB;
-      // fewer than ~8 warps per SM leave the decode latency-bound (v4: 6.8 warps/SM for IQ4_XS)
-      const double score = (one_wave ? 1e12 : 0.0) + inflight * std::min(1.0, warps_sm / 8.0) - 1e-3 * smem;
+      // fewer warps per SM leave the decode latency-bound (v4: 6.8 warps/SM for IQ4_XS; v15)
+      const double score = (one_wave ? 1e12 : 0.0) + inflight * std::min(1.0, warps_sm / 16.0) - 1e-3 * smem;
       if (score > best_score) { best_score = score; best = {W, S, U}; }
     }
   }
@@ -1057,17 +1059,22 @@ inline bool knob_one_force() {  // GGUF_KERNELS_FAST_ONE=2: ONE wherever it take
 // chunks; MoE pairs with K of at most 4 chunks: the MT = 2 mapping with both tokens the pair's row) or
 // ONE, whichever gives the busiest SM fewer stages (ties: the former, unless ONE keeps at least 12
 // warps an SM, or 8 for IQ4_XS and MXFP4, whose table decodes ONE cuts most: 4096 -> 4096 -16%, where
-// Q4_0 lost 9% and Q5_K 2%; NOTES.md v11); GGUF_KERNELS_FAST_ONE=0: the former only.
+// Q4_0 lost 9% and Q5_K 2%; NOTES.md v11). MoE pairs with K of at most 8 chunks, where the former's
+// units are one stage each, take ONE wherever it takes them: its units of 4 rows pay the once-a-unit
+// work half as often (Qwen3-30B-A3B's gate, K = 2048, Q4_K at T = 8: 27.1 -> 21.0 us, same call;
+// NOTES.md v15). GGUF_KERNELS_FAST_ONE=0: the former only.
 template <int T, typename XT, bool MOE>
 cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream_t stream) {
   const int P = MOE ? a.P : 1, u2 = P * ((a.N + 3) / 4), u1 = P * ((a.N + 1) / 2);
-  const bool mt2 = MOE && StreamRecs<T>::chunks(a.K) <= 4;
+  const int nch = StreamRecs<T>::chunks(a.K);
+  const bool mt2 = MOE && nch <= 4;
   const StreamChoice old =
       mt2 ? stream_choice<T, XT, MOE, 2, false>(a, u2, fixed) : stream_choice<T, XT, MOE, 1, false>(a, u1, fixed);
   if (!knob_one_off()) {
     const StreamChoice one = stream_choice<T, XT, MOE, 2, false, true>(a, u2, fixed);
     constexpr int tie_warps = T == IQ4_XS || T == MXFP4 ? 8 : 12;
-    if (one.WPC && (knob_one_force() || !old.WPC || one.work < old.work || (one.work == old.work && one.WPC >= tie_warps)))
+    if (one.WPC && (knob_one_force() || (MOE && nch <= 8) || !old.WPC || one.work < old.work ||
+                    (one.work == old.work && one.WPC >= tie_warps)))
       return launch_choice<T, XT, MOE, 2, false, true>(a, one, stream);
   }
   return mt2 ? launch_choice<T, XT, MOE, 2, false>(a, old, stream) : launch_choice<T, XT, MOE, 1, false>(a, old, stream);
