@@ -27,6 +27,8 @@ for name in TYPES:
     for M in (12, 24):  # tile_fast_kernel (Q4_0, IQ4_XS, MXFP4) with K split in two and in eight
         for N, K in ((14335, 2048), (4000, 9728)):
             k.matmul(torch.randn(M, K, device=dev, dtype=torch.bfloat16), random_packed(name, (N,), K, rng), q)
+    for M, N, K in ((5, 4095, 14336), (8, 999, 4096)):  # M = 5..8 with K split over a cluster (4 and 8 slices)
+        k.matmul(torch.randn(M, K, device=dev, dtype=torch.bfloat16), random_packed(name, (N,), K, rng), q)
     for M in (2, 4):  # the stream kernel's stages split over a CTA's warps
         k.matmul(torch.randn(M, 8192, device=dev, dtype=torch.bfloat16), random_packed(name, (199,), 8192, rng), q)
     # the stream kernel's 4-row form (one kept value a lane): M = 1 with many rows, a 3-row last unit;

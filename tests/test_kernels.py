@@ -147,6 +147,20 @@ def test_matmul_stream(name, M, rng):
         check_matmul(name, M, 999, K, rng)
 
 
+@pytest.mark.parametrize("M", [5, 6, 8])
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])
+def test_matmul_stream_ksplit(name, M, rng):
+    """M = 5..8 where 8 tokens' records of all of K do not fit a CTA (K = 14336) or leave a thread too
+    many (N = 999, K = 4096): the MT = 8 stream kernel with K split over a cluster of CTAs that meet in
+    rank 0's shared memory (4 slices of 14 chunks for N = 4095, whose last unit is a row short; 8 slices
+    of 1-2 chunks for N = 999); Q6_K, whose slices would not start 16-byte aligned, stays on the 16-row
+    tile kernel. fp16 activations once."""
+    for N, K in ((4095, 14336), (999, 4096)):
+        check_matmul(name, M, N, K, rng)
+    if M == 8:
+        check_matmul(name, M, 999, 4096, rng, torch.float16)
+
+
 @pytest.mark.parametrize("M", [2, 3, 4])
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K", "IQ4_XS", "MXFP4"])
 def test_matmul_stream_split(name, M, rng):

@@ -32,6 +32,21 @@ __device__ __forceinline__ void wait_stages(int S) {  // S - 2 groups may stay i
   else if (S == 3) wait_n<1>();
   else wait_n<0>();
 }
+// Thread block clusters (gemv_stream_kernel's K split, KS): this CTA's rank, its cluster and the
+// clusters of the grid (1-D), a barrier over the cluster's threads, a store into rank 0's shared memory.
+__device__ __forceinline__ uint32_t cluster_reg_rank() { uint32_t v; asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(v)); return v; }
+__device__ __forceinline__ uint32_t cluster_reg_id() { uint32_t v; asm("mov.u32 %0, %%clusterid.x;" : "=r"(v)); return v; }
+__device__ __forceinline__ uint32_t cluster_reg_size() { uint32_t v; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(v)); return v; }
+__device__ __forceinline__ uint32_t cluster_reg_count() { uint32_t v; asm("mov.u32 %0, %%nclusterid.x;" : "=r"(v)); return v; }
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait_acquire() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
+__device__ __forceinline__ void st_rank0_v4(float* local, const float (&v)[4]) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, 0;\n" : "=r"(r) : "r"((uint32_t)__cvta_generic_to_shared(local)));
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(r), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
+               : "memory");
+}
 __device__ __forceinline__ void grid_dep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void grid_dep_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
@@ -312,7 +327,7 @@ __device__ __forceinline__ void kept_epilogue(const float (&e0)[DEF], const floa
 // bytes), and K not a multiple of the chunk: each row's stage is copied in the 16-byte pieces that
 // cover it, at its own offset; a short last chunk is zero-filled past the row's end and its missing
 // groups get the records of zero activations, so they add exact zeros.
-template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool KS = false>
 __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || MT == 4) && (T == MXFP4 || T == IQ4_XS || T == Q6_K)) ? 128 : 96)
     gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
@@ -320,6 +335,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   static_assert(MT == 1 || (MT == 2 && !RAG) || ((MT == 4 || MT == 8) && !MOE && !RAG),
                 "MT tokens: 1, 2, 4 or 8; MoE with 1 or 2; ragged rows with 1");
   static_assert(!ONE || (MT == 2 && !RAG), "one kept value a lane: one x row a unit on the MT = 2 geometry");
+  static_assert(!KS || (MT == 8 && !MOE && !RAG), "K split over a cluster: dense MT = 8");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
   const int RS = stream_rs<T, MT, RAG>(), STAGE = RPU * RS;
   const int GR = Prep<T>::gr(1);
@@ -343,7 +359,13 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   float* sums = reinterpret_cast<float*>(sid);
 
   const int hN = (N + RPU - 1) / RPU, units = MOE ? a.P * hN : hN;
-  const int gw = blockIdx.x * WPC + warp, GW = gridDim.x * WPC;
+  // KS: the CTAs of a cluster read the same units, rank r the r-th of its equal slices of K (a.K is the
+  // slice), and meet in rank 0's shared memory at the end (one unit a warp at most)
+  const int rank = KS ? (int)cluster_reg_rank() : 0;
+  const int gw = (KS ? (int)cluster_reg_id() : (int)blockIdx.x) * WPC + warp;
+  const int GW = (KS ? (int)cluster_reg_count() : (int)gridDim.x) * WPC;
+  const auto wbase = [&]() { return KS ? a.w + (int64_t)rank * nch * L::CB : a.w; };  // rows' first byte of the slice
+  if constexpr (KS) cluster_arrive_relaxed();  // (waited on before the first store into rank 0)
   // Warp gw reads units gw, gw + GW, ... whole; or, a.split, CTA b owns units [u0, u1) and its warps
   // read equal runs of their stages [j0, j0 + total), the warps of a unit cut between them adding into
   // `sums`, and the one that completes its stages storing it.
@@ -353,7 +375,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   const int j0 = u0 * nst + (int)((int64_t)warp * (u1 - u0) * nst / WPC);
   const int total = split ? u0 * nst + (int)((int64_t)(warp + 1) * (u1 - u0) * nst / WPC) - j0
                           : (gw < units ? (units - 1 - gw) / GW + 1 : 0) * nst;  // stages this warp reads
-  const XT* x = reinterpret_cast<const XT*>(a.x);
+  const XT* x = reinterpret_cast<const XT*>(a.x) + (KS ? rank * K : 0);
   const int nG = K / L::GS, nGp = nch * GPC;  // groups of K; with a short last chunk's padding (RAG)
   // group G of the x rows' padded groups as float (zeros for a token past M: M = 3 on MT = 4, never
   // stored, and for the padding)
@@ -377,7 +399,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   // unit u's first weight row (rows past N are read as row N - 1 and not stored)
   const auto rows_of = [&](int u) {
     int rp = u;
-    const uint8_t* w = a.w;
+    const uint8_t* w = wbase();
     if constexpr (MOE) {
       const int q = u / hN;
       rp = u - q * hN;
@@ -389,7 +411,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   // the warp's stages in order (unit gw + j * GW, chunks CPS * s ...; split: from stage j0 on), the
   // next one into buffer `st`: each warp-wide cp.async covers 512 contiguous bytes of one row
   int is = split ? j0 % nst : 0, ip = split ? j0 / nst : gw, ii = 0;
-  const uint8_t* iw = a.w;
+  const uint8_t* iw = wbase();
   int ilast = 0;  // last row of the unit that exists, counted from its first
   auto issue = [&](int st) {
     if (ii < total) {
@@ -512,6 +534,8 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   const int one_t = c ^ kap;  // ONE: the lane's role
   const int tok = MT == 8 ? 2 * c : (2 * c + (g & 1)) / CPS;  // MT = 8: tokens 2c and 2c + 1
   float acc[MT == 8 ? 4 : 2] = {};  // (row rho, row rho + MT) x (tok[, tok + 1])
+  float kacc[4] = {};  // KS: the warp's unit's sums of this slice, added up in rank 0 at the end
+  int krow = -1;       // KS: that unit's first row
   int cur = 0, s = split ? j0 % nst : 0, p = split ? j0 / nst : gw;  // buffer, stage of the unit, unit of stage i
   int s_head = s;  // the unit's first stage in this warp
   // the unit's x records, first row and output base
@@ -680,7 +704,11 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
           }
         }
       }
-      if (emit && (lane & RED) == 0) {
+      if constexpr (KS) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) kacc[e] = acc[e];
+        krow = row0;
+      } else if (emit && (lane & RED) == 0) {
         const int r0 = row0 + rho, r1 = r0 + MT;
 #pragma unroll
         for (int e = 0; e < (MT == 8 ? 2 : 1); ++e) {  // MT = 8: acc = {(r0, tok), (r0, tok + 1), (r1, tok), (r1, tok + 1)}
@@ -699,6 +727,29 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
         s = s_head = 0;
         p += split ? 1 : GW;
         if (p < units) unit_io(p);
+      }
+    }
+  }
+  if constexpr (KS) {  // ranks 1.. put their sums in rank 0's slots [rank - 1][warp][lane], which adds and stores
+    float* slots = reinterpret_cast<float*>(recs + nx * RB + (size_t)WPC * S * STAGE);
+    const int Z = (int)cluster_reg_size();
+    cluster_wait_acquire();  // every CTA of the cluster has started (the arrive at the top)
+    if (rank > 0 && krow >= 0) st_rank0_v4(slots + ((size_t)(rank - 1) * WPC + warp) * 128 + lane * 4, kacc);
+    cluster_arrive_release();
+    cluster_wait_acquire();
+    if (rank == 0 && krow >= 0) {
+      for (int r = 1; r < Z; ++r) {
+        const float4 v = *reinterpret_cast<const float4*>(slots + ((size_t)(r - 1) * WPC + warp) * 128 + lane * 4);
+        kacc[0] += v.x; kacc[1] += v.y; kacc[2] += v.z; kacc[3] += v.w;
+      }
+      const int r0 = krow + rho, r1 = r0 + MT;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {  // kacc = {(r0, tok), (r0, tok + 1), (r1, tok), (r1, tok + 1)}
+        if (tok + e < a.M) {
+          const int64_t o = (int64_t)(tok + e) * a.out_stride;
+          if (r0 < N) store_out(a, o + r0, kacc[e]);
+          if (r1 < N) store_out(a, o + r1, kacc[2 + e]);
+        }
       }
     }
   }
@@ -722,24 +773,44 @@ inline bool knob_pdl_off() {
   static const bool v = env_off("GGUF_KERNELS_PDL");
   return v;
 }
+// `cluster` > 1: clusters of that many CTAs along x (no plain launch then: the kernel needs them).
 template <typename K, typename... A>
-cudaError_t launch_kernel(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl, A... a) {
-  if (pdl && !knob_pdl_off()) {
+cudaError_t launch_kernel_clustered(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                                    int cluster, A... a) {
+  pdl = pdl && !knob_pdl_off();
+  if (pdl || cluster > 1) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2];
+    int n = 0;
+    if (cluster > 1) {
+      attr[n].id = cudaLaunchAttributeClusterDimension;
+      attr[n].val.clusterDim.x = cluster;
+      attr[n].val.clusterDim.y = attr[n].val.clusterDim.z = 1;
+      ++n;
+    }
+    if (pdl) {
+      attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[n].val.programmaticStreamSerializationAllowed = 1;
+      ++n;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, kernel, a...) == cudaSuccess) return cudaGetLastError();
-    cudaGetLastError();
+    for (cfg.numAttrs = n; cfg.numAttrs >= (cluster > 1 ? 1 : n); --cfg.numAttrs) {  // then without PDL
+      if (cudaLaunchKernelEx(&cfg, kernel, a...) == cudaSuccess) return cudaGetLastError();
+      cudaGetLastError();
+      if (cluster <= 1) break;
+    }
+    if (cluster > 1) return cudaErrorNotSupported;
   }
   kernel<<<grid, block, smem, stream>>>(a...);
   return cudaGetLastError();
+}
+template <typename K, typename... A>
+cudaError_t launch_kernel(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl, A... a) {
+  return launch_kernel_clustered(kernel, grid, block, smem, stream, pdl, 1, a...);
 }
 
 // Rows both kernels here take: whole chunks of K, packed, a multiple of 16 bytes long (so every row,
@@ -1095,6 +1166,73 @@ cudaError_t launch_stream_dense(const FastArgs& a, DType xt, cudaStream_t stream
   return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, false, MT, RAG>(a, units, fixed, stream)
                            : launch_stream<T, __half, false, MT, RAG>(a, units, fixed, stream);
 }
+// M = 5..8 where the MT = 8 launch declines (8 tokens' records of all of K do not fit a CTA, or leave a
+// thread too many to build: 14336 -> 4096, 4096 -> 4096, 4096 -> 1024): the MT = 8 kernel with K split
+// over a cluster of Z CTAs (KS; NOTES.md v16), each holding the records of its slice, one unit a warp,
+// the slices' sums met in rank 0's shared memory. Z: the smallest of 2, 4, 8 that gives 8 warps a CTA
+// (one CTA an SM, one wave of clusters), whose slices are whole chunks and 16-byte runs of every row (so
+// not Q6_K's 420-byte chunks). GGUF_KERNELS_FAST_KS: 0 off, 2 / 4 / 8 that Z wherever it fits.
+inline int knob_ks() {
+  static const int v = std::getenv("GGUF_KERNELS_FAST_KS") ? env_knob("GGUF_KERNELS_FAST_KS") : -1;
+  return v;
+}
+template <int T, typename XT>
+cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
+  using L = FT<T>;
+  constexpr int MT = 8;
+  const int ks = knob_ks();
+  if (ks == 0 || a0.M < 5 || a0.M > 8) return cudaErrorNotSupported;
+  const int nch = a0.K / L::CE, units = (a0.N + 2 * MT - 1) / (2 * MT);
+  const auto kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true>;
+  static const bool attrs_set = [&] {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    return cudaGetLastError() == cudaSuccess;
+  }();
+  if (!attrs_set) return cudaErrorNotSupported;
+  const SmLimits& sm = sm_limits();
+  for (int Z : {2, 4, 8}) {
+    if ((ks > 0 && Z != ks) || nch % Z != 0 || (nch / Z * L::CB) % 16 != 0) continue;
+    FastArgs a = a0;
+    a.K = a0.K / Z;
+    a.S = 2;
+    a.split = 0;
+    const size_t fixed = MT * stream_rec_stride<T, MT>(a.K);
+    int clusters = num_sms() / Z, WPC = 0;
+    size_t smem = 0;
+    bool fits = false;
+    for (int it = 0; it < 4 && clusters > 0 && !fits; ++it) {  // as many clusters as can run at once
+      WPC = (units + clusters - 1) / clusters;
+      smem = std::max(fixed + (size_t)WPC * (a.S * 2 * MT * stream_rs<T, MT, false>() + (Z - 1) * 512),
+                      (size_t)(sm.smem / 2 - sm.reserved + 16));  // one CTA an SM
+      if (WPC > 16 || smem > 200 * 1024) break;
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(clusters * Z);
+      cfg.blockDim = dim3(32 * WPC);
+      cfg.dynamicSmemBytes = smem;
+      cudaLaunchAttribute attr;
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = Z;
+      attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        break;
+      }
+      fits = n >= clusters;
+      if (!fits) clusters = n;
+    }
+    const int per_thread = (MT * nch / Z * (L::CE / L::GS) + 32 * WPC - 1) / std::max(32 * WPC, 1);
+    if (!fits || per_thread > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
+    const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
+    static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
+    (void)recorded;
+    return launch_kernel_clustered(kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, Z, a);
+  }
+  return cudaErrorNotSupported;
+}
 // The dense GemvArgs as FastArgs.
 inline FastArgs fast_args(const GemvArgs& ga, DType xt) {
   FastArgs a = {};
@@ -1121,9 +1259,10 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
     return xt == DType::BF16 ? launch_stream_one_or_old<T, __nv_bfloat16, false>(a, fixed, stream)
                              : launch_stream_one_or_old<T, __half, false>(a, fixed, stream);
   }
-  return M == 2   ? launch_stream_dense<T, 2>(a, xt, stream)
-         : M <= 4 ? launch_stream_dense<T, 4>(a, xt, stream)
-                  : launch_stream_dense<T, 8>(a, xt, stream);
+  if (M <= 4) return M == 2 ? launch_stream_dense<T, 2>(a, xt, stream) : launch_stream_dense<T, 4>(a, xt, stream);
+  const cudaError_t e = launch_stream_dense<T, 8>(a, xt, stream);
+  if (e != cudaErrorNotSupported) return e;
+  return xt == DType::BF16 ? launch_stream_ks<T, __nv_bfloat16>(a, stream) : launch_stream_ks<T, __half>(a, stream);
 }
 // prep_kernel: the records of ga's M tokens into `scratch` (Prep<T>'s layout: B part, then sigma / beta).
 template <int T>
