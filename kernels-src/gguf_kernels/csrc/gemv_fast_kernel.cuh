@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "gemv_fast.cuh"
@@ -773,6 +774,14 @@ inline bool knob_pdl_off() {
   static const bool v = env_off("GGUF_KERNELS_PDL");
   return v;
 }
+// Clusters of z CTAs along x.
+inline cudaLaunchAttribute cluster_attr(int z) {
+  cudaLaunchAttribute at = {};
+  at.id = cudaLaunchAttributeClusterDimension;
+  at.val.clusterDim.x = z;
+  at.val.clusterDim.y = at.val.clusterDim.z = 1;
+  return at;
+}
 // `cluster` > 1: clusters of that many CTAs along x (no plain launch then: the kernel needs them).
 template <typename K, typename... A>
 cudaError_t launch_kernel_clustered(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
@@ -786,24 +795,22 @@ cudaError_t launch_kernel_clustered(K kernel, dim3 grid, dim3 block, size_t smem
     cfg.stream = stream;
     cudaLaunchAttribute attr[2];
     int n = 0;
-    if (cluster > 1) {
-      attr[n].id = cudaLaunchAttributeClusterDimension;
-      attr[n].val.clusterDim.x = cluster;
-      attr[n].val.clusterDim.y = attr[n].val.clusterDim.z = 1;
-      ++n;
-    }
+    if (cluster > 1) attr[n++] = cluster_attr(cluster);
     if (pdl) {
       attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attr[n].val.programmaticStreamSerializationAllowed = 1;
       ++n;
     }
     cfg.attrs = attr;
-    for (cfg.numAttrs = n; cfg.numAttrs >= (cluster > 1 ? 1 : n); --cfg.numAttrs) {  // then without PDL
-      if (cudaLaunchKernelEx(&cfg, kernel, a...) == cudaSuccess) return cudaGetLastError();
+    cfg.numAttrs = n;
+    if (cudaLaunchKernelEx(&cfg, kernel, a...) == cudaSuccess) return cudaGetLastError();
+    cudaGetLastError();
+    if (cluster > 1) {  // without PDL (the cluster attribute comes first), else not at all
+      cfg.numAttrs = 1;
+      if (pdl && cudaLaunchKernelEx(&cfg, kernel, a...) == cudaSuccess) return cudaGetLastError();
       cudaGetLastError();
-      if (cluster <= 1) break;
+      return cudaErrorNotSupported;
     }
-    if (cluster > 1) return cudaErrorNotSupported;
   }
   kernel<<<grid, block, smem, stream>>>(a...);
   return cudaGetLastError();
@@ -1177,6 +1184,30 @@ inline int knob_ks() {
   static const int v = std::getenv("GGUF_KERNELS_FAST_KS") ? env_knob("GGUF_KERNELS_FAST_KS") : -1;
   return v;
 }
+// Clusters of z CTAs (WPC warps, smem bytes; a grid of `clusters` of them) of `kernel` that can run at
+// once, asked once per case (the launch path runs on every matmul outside CUDA graphs).
+template <typename Kern>
+int active_clusters(Kern kernel, int clusters, int z, int WPC, size_t smem) {
+  static std::mutex mu;
+  static std::unordered_map<uint64_t, int> seen;
+  const uint64_t key = ((uint64_t)smem << 24) | ((uint64_t)clusters << 12) | ((uint64_t)WPC << 4) | (uint64_t)z;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = seen.find(key);
+  if (it != seen.end()) return it->second;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(clusters * z);
+  cfg.blockDim = dim3(32 * WPC);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute at = cluster_attr(z);
+  cfg.attrs = &at;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  return seen[key] = n;
+}
 template <int T, typename XT>
 cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   using L = FT<T>;
@@ -1207,26 +1238,13 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       smem = std::max(fixed + (size_t)WPC * (a.S * 2 * MT * stream_rs<T, MT, false>() + (Z - 1) * 512),
                       (size_t)(sm.smem / 2 - sm.reserved + 16));  // one CTA an SM
       if (WPC > 16 || smem > 200 * 1024) break;
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(clusters * Z);
-      cfg.blockDim = dim3(32 * WPC);
-      cfg.dynamicSmemBytes = smem;
-      cudaLaunchAttribute attr;
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = Z;
-      attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
-      int n = 0;
-      if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
-        cudaGetLastError();
-        break;
-      }
+      const int n = active_clusters(kernel, clusters, Z, WPC, smem);
       fits = n >= clusters;
       if (!fits) clusters = n;
     }
-    const int per_thread = (MT * nch / Z * (L::CE / L::GS) + 32 * WPC - 1) / std::max(32 * WPC, 1);
-    if (!fits || per_thread > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
+    if (!fits) continue;
+    const int per_thread = (MT * nch / Z * (L::CE / L::GS) + 32 * WPC - 1) / (32 * WPC);
+    if (per_thread > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
     const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
     static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
     (void)recorded;
@@ -1261,14 +1279,15 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
                              : launch_stream_one_or_old<T, __half, false>(a, fixed, stream);
   }
   if (M <= 4) return M == 2 ? launch_stream_dense<T, 2>(a, xt, stream) : launch_stream_dense<T, 4>(a, xt, stream);
+  const auto ks = [&] {
+    return xt == DType::BF16 ? launch_stream_ks<T, __nv_bfloat16>(a, stream) : launch_stream_ks<T, __half>(a, stream);
+  };
   if (knob_ks() > 0) {  // a forced cluster size is tried first, also where the M = 8 launch takes the case (A/B)
-    const cudaError_t e = xt == DType::BF16 ? launch_stream_ks<T, __nv_bfloat16>(a, stream)
-                                             : launch_stream_ks<T, __half>(a, stream);
+    const cudaError_t e = ks();
     if (e != cudaErrorNotSupported) return e;
   }
   const cudaError_t e = launch_stream_dense<T, 8>(a, xt, stream);
-  if (e != cudaErrorNotSupported) return e;
-  return xt == DType::BF16 ? launch_stream_ks<T, __nv_bfloat16>(a, stream) : launch_stream_ks<T, __half>(a, stream);
+  return e != cudaErrorNotSupported ? e : ks();
 }
 // prep_kernel: the records of ga's M tokens into `scratch` (Prep<T>'s layout: B part, then sigma / beta).
 template <int T>
