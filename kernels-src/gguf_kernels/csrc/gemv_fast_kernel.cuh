@@ -535,8 +535,6 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   const int one_t = c ^ kap;  // ONE: the lane's role
   const int tok = MT == 8 ? 2 * c : (2 * c + (g & 1)) / CPS;  // MT = 8: tokens 2c and 2c + 1
   float acc[MT == 8 ? 4 : 2] = {};  // (row rho, row rho + MT) x (tok[, tok + 1])
-  float kacc[4] = {};  // KS: the warp's unit's sums of this slice, added up in rank 0 at the end
-  int krow = -1;       // KS: that unit's first row
   int cur = 0, s = split ? j0 % nst : 0, p = split ? j0 / nst : gw;  // buffer, stage of the unit, unit of stage i
   int s_head = s;  // the unit's first stage in this warp
   // the unit's x records, first row and output base
@@ -558,6 +556,19 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     }
   };
   if (total > 0) unit_io(p);
+  // the unit's sums (lanes (lane & RED) == 0) to rows row0 + rho, row0 + rho + MT of its tokens
+  const auto store_unit = [&] {
+    const int r0 = row0 + rho, r1 = r0 + MT;
+#pragma unroll
+    for (int e = 0; e < (MT == 8 ? 2 : 1); ++e) {  // MT = 8: acc = {(r0, tok), (r0, tok + 1), (r1, tok), (r1, tok + 1)}
+      if (MOE ? tok == 0 : tok + e < a.M) {
+        const int64_t o = obase + (int64_t)(tok + e) * a.out_stride;
+        const float v0 = MT == 8 ? acc[e] : acc[0], v1 = MT == 8 ? acc[2 + e] : acc[1];
+        if (r0 < N) store_out(a, o + r0, zero ? 0.f : v0);
+        if (r1 < N) store_out(a, o + r1, zero ? 0.f : v1);
+      }
+    }
+  };
   for (int i = 0; i < total; ++i) {
     wait_stages(S);
     __syncwarp();
@@ -705,25 +716,12 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
           }
         }
       }
-      if constexpr (KS) {
+      if (!KS && emit && (lane & RED) == 0) store_unit();  // KS: one unit a warp, whose slice's sums stay
+      }                                                     // in acc for the cluster's epilogue
+      if constexpr (!KS) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) kacc[e] = acc[e];
-        krow = row0;
-      } else if (emit && (lane & RED) == 0) {
-        const int r0 = row0 + rho, r1 = r0 + MT;
-#pragma unroll
-        for (int e = 0; e < (MT == 8 ? 2 : 1); ++e) {  // MT = 8: acc = {(r0, tok), (r0, tok + 1), (r1, tok), (r1, tok + 1)}
-          if (MOE ? tok == 0 : tok + e < a.M) {
-            const int64_t o = obase + (int64_t)(tok + e) * a.out_stride;
-            const float v0 = MT == 8 ? acc[e] : acc[0], v1 = MT == 8 ? acc[2 + e] : acc[1];
-            if (r0 < N) store_out(a, o + r0, zero ? 0.f : v0);
-            if (r1 < N) store_out(a, o + r1, zero ? 0.f : v1);
-          }
-        }
+        for (float& v : acc) v = 0.f;
       }
-      }
-#pragma unroll
-      for (float& v : acc) v = 0.f;
       if (unit_end) {
         s = s_head = 0;
         p += split ? 1 : GW;
@@ -735,23 +733,16 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     float* slots = reinterpret_cast<float*>(recs + nx * RB + (size_t)WPC * S * STAGE);
     const int Z = (int)cluster_reg_size();
     cluster_wait_acquire();  // every CTA of the cluster has started (the arrive at the top)
-    if (rank > 0 && krow >= 0) st_rank0_v4(slots + ((size_t)(rank - 1) * WPC + warp) * 128 + lane * 4, kacc);
+    const bool has_unit = gw < units;
+    if (rank > 0 && has_unit) st_rank0_v4(slots + ((size_t)(rank - 1) * WPC + warp) * 128 + lane * 4, acc);
     cluster_arrive_release();
     cluster_wait_acquire();
-    if (rank == 0 && krow >= 0) {
+    if (rank == 0 && has_unit) {
       for (int r = 1; r < Z; ++r) {
         const float4 v = *reinterpret_cast<const float4*>(slots + ((size_t)(r - 1) * WPC + warp) * 128 + lane * 4);
-        kacc[0] += v.x; kacc[1] += v.y; kacc[2] += v.z; kacc[3] += v.w;
+        acc[0] += v.x; acc[1] += v.y; acc[2] += v.z; acc[3] += v.w;
       }
-      const int r0 = krow + rho, r1 = r0 + MT;
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {  // kacc = {(r0, tok), (r0, tok + 1), (r1, tok), (r1, tok + 1)}
-        if (tok + e < a.M) {
-          const int64_t o = (int64_t)(tok + e) * a.out_stride;
-          if (r0 < N) store_out(a, o + r0, kacc[e]);
-          if (r1 < N) store_out(a, o + r1, kacc[2 + e]);
-        }
-      }
+      store_unit();
     }
   }
   wait_n<0>();
