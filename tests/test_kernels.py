@@ -150,15 +150,26 @@ def test_matmul_stream(name, M, rng):
 @pytest.mark.parametrize("M", [5, 6, 8])
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])
 def test_matmul_stream_ksplit(name, M, rng):
-    """M = 5..8 where 8 tokens' records of all of K do not fit a CTA (K = 14336) or leave a thread too
-    many (N = 999, K = 4096): the MT = 8 stream kernel with K split over a cluster of CTAs that meet in
-    rank 0's shared memory (4 slices of 14 chunks for N = 4095, whose last unit is a row short; 8 slices
-    of 1-2 chunks for N = 999); Q6_K, whose slices would not start 16-byte aligned, stays on the 16-row
-    tile kernel. fp16 activations once."""
-    for N, K in ((4095, 14336), (999, 4096)):
+    """M = 5..8 on the MT = 8 stream kernel with K split over a cluster of CTAs that meet in rank 0's
+    shared memory: where 8 tokens' records of all of K do not fit a CTA (K = 14336: 4 slices of 14
+    chunks, N = 4095, whose last unit is a row short) or leave a thread too many (N = 999, K = 4096: 8
+    slices of 1-2 chunks), and where they fit but a split doubles the warps (N = 14335, K = 4096: 2
+    slices, 14 warps a CTA); Q6_K, whose slices would not start 16-byte aligned, stays on the 16-row
+    tile kernel or the plain launch. fp16 activations once."""
+    for N, K in ((4095, 14336), (999, 4096), (14335, 4096)):
         check_matmul(name, M, N, K, rng)
     if M == 8:
         check_matmul(name, M, 999, 4096, rng, torch.float16)
+
+
+def test_matmul_stream_without_ks():
+    """The plain M = 8 stream launch, which the K split now precedes wherever it fits (4096 -> 14336),
+    stays reachable with GGUF_KERNELS_FAST_KS=0, read once a process: test_matmul_stream's M = 5 and 8
+    in a child."""
+    env = {**os.environ, "GGUF_KERNELS_FAST_KS": "0"}
+    r = subprocess.run([sys.executable, "-m", "pytest", f"{__file__}::test_matmul_stream", "-q", "-p",
+                        "no:cacheprovider", "-k", "5] or 8]"], env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0 and "14 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
 
 
 @pytest.mark.parametrize("M", [2, 3, 4])

@@ -1164,13 +1164,13 @@ cudaError_t launch_stream_dense(const FastArgs& a, DType xt, cudaStream_t stream
   return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, false, MT, RAG>(a, units, fixed, stream)
                            : launch_stream<T, __half, false, MT, RAG>(a, units, fixed, stream);
 }
-// M = 5..8 where the MT = 8 launch declines (8 tokens' records of all of K do not fit a CTA, or leave a
-// thread too many to build: 14336 -> 4096, 4096 -> 4096, 4096 -> 1024): the MT = 8 kernel with K split
-// over a cluster of Z CTAs (KS; NOTES.md v16), each holding the records of its slice, one unit a warp,
-// the slices' sums met in rank 0's shared memory. Z: the smallest of 2, 4, 8 that gives 8 warps a CTA
-// (one CTA an SM, one wave of clusters), whose slices are whole chunks and 16-byte runs of every row (so
-// not Q6_K's 420-byte chunks). GGUF_KERNELS_FAST_KS: 0 off, 2 / 4 / 8 that Z wherever it fits, tried
-// before the M = 8 launch (for A/B timing on shapes that launch takes, e.g. 4096 -> 14336; unmeasured).
+// M = 5..8, tried before the plain MT = 8 launch: the MT = 8 kernel with K split over a cluster of Z
+// CTAs (KS; NOTES.md v16, v17), each holding the records of its slice, one unit a warp, the slices' sums
+// met in rank 0's shared memory. Where 8 tokens' records of all of K do not fit a CTA (14336 -> 4096,
+// 4096 -> 4096, 4096 -> 1024) it replaces the 16-row tile kernel; where they fit (4096 -> 14336) it
+// doubles the warps an SM of the plain launch (7 -> 14). Z: the smallest of 2, 4, 8 that gives 8 warps a
+// CTA (one CTA an SM, one wave of clusters), whose slices are whole chunks and 16-byte runs of every row
+// (so not Q6_K's 420-byte chunks). GGUF_KERNELS_FAST_KS: 0 off, 2 / 4 / 8 that Z wherever it fits.
 inline int knob_ks() {
   static const int v = std::getenv("GGUF_KERNELS_FAST_KS") ? env_knob("GGUF_KERNELS_FAST_KS") : -1;
   return v;
@@ -1270,15 +1270,9 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
                              : launch_stream_one_or_old<T, __half, false>(a, fixed, stream);
   }
   if (M <= 4) return M == 2 ? launch_stream_dense<T, 2>(a, xt, stream) : launch_stream_dense<T, 4>(a, xt, stream);
-  const auto ks = [&] {
-    return xt == DType::BF16 ? launch_stream_ks<T, __nv_bfloat16>(a, stream) : launch_stream_ks<T, __half>(a, stream);
-  };
-  if (knob_ks() > 0) {  // a forced cluster size is tried first, also where the M = 8 launch takes the case (A/B)
-    const cudaError_t e = ks();
-    if (e != cudaErrorNotSupported) return e;
-  }
-  const cudaError_t e = launch_stream_dense<T, 8>(a, xt, stream);
-  return e != cudaErrorNotSupported ? e : ks();
+  const cudaError_t e = xt == DType::BF16 ? launch_stream_ks<T, __nv_bfloat16>(a, stream)
+                                          : launch_stream_ks<T, __half>(a, stream);
+  return e != cudaErrorNotSupported ? e : launch_stream_dense<T, 8>(a, xt, stream);
 }
 // prep_kernel: the records of ga's M tokens into `scratch` (Prep<T>'s layout: B part, then sigma / beta).
 template <int T>
