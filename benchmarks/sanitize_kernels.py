@@ -27,7 +27,7 @@ for name in TYPES:
     for M in (12, 24):  # tile_fast_kernel (Q4_0, IQ4_XS, MXFP4) with K split in two and in eight
         for N, K in ((14335, 2048), (4000, 9728)):
             k.matmul(torch.randn(M, K, device=dev, dtype=torch.bfloat16), random_packed(name, (N,), K, rng), q)
-    for M, N, K in ((5, 4095, 14336), (8, 999, 4096)):  # M = 5..8 with K split over a cluster (4 and 8 slices)
+    for M, N, K in ((5, 4095, 14336), (8, 999, 4096), (6, 14335, 4096)):  # M = 5..8, K split over a cluster (4, 8, 2 slices)
         k.matmul(torch.randn(M, K, device=dev, dtype=torch.bfloat16), random_packed(name, (N,), K, rng), q)
     for M in (2, 4):  # the stream kernel's stages split over a CTA's warps
         k.matmul(torch.randn(M, 8192, device=dev, dtype=torch.bfloat16), random_packed(name, (199,), 8192, rng), q)
@@ -36,6 +36,12 @@ for name in TYPES:
     k.matmul(torch.randn(1, 4096, device=dev, dtype=torch.bfloat16), random_packed(name, (14335,), 4096, rng), q)
     ids = torch.tensor([[0, 3, 5, 7, 9, -1, 12, 15]], device=dev)
     k.moe_matmul(torch.randn(1, 2048, device=dev, dtype=torch.bfloat16), random_packed(name, (16, 768), 2048, rng), ids, q)
+    # MoE pairs whose CTAs each turn only their own pairs' x rows into records: 24 pairs of 2003 rows
+    e = random_packed(name, (16, 2003), 768, rng)
+    ids = torch.randint(0, 16, (3, 8), device=dev)
+    ids[1, 5] = -1
+    k.moe_matmul(torch.randn(3, 8, 768, device=dev, dtype=torch.bfloat16), e, ids, q)
+    k.moe_matmul(torch.randn(3, 768, device=dev, dtype=torch.bfloat16), e, ids, q)
     torch.cuda.synchronize()
 for name, K in RAGGED:  # the stream kernel's ragged rows: M = 1 (odd N) and MoE pairs (even N, an unroutable id)
     print("ragged", name, K, flush=True)

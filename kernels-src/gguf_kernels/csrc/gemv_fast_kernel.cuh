@@ -81,9 +81,10 @@ struct FastArgs {
   int U;   // type chunks (FT<T>::CE elements) per stage: one row's bytes per stage are U * CB, contiguous
   int RS;  // shared-memory row stride (rs_bytes<T>(U))
   // MoE pairs (gemv_stream_kernel<..., true>): pair q multiplies x row q / x_div by expert ids[q] and
-  // writes out row q; nx distinct x rows, each with its own records
+  // writes out row q; nx distinct x rows, each with its own records (local: the records of at most nx
+  // rows, those of the CTA's own range of units)
   const void* ids;
-  int ids64, n_experts, P, x_div, nx;
+  int ids64, n_experts, P, x_div, nx, local;
   int64_t expert_bytes, x_stride;
 };
 
@@ -369,14 +370,20 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   if constexpr (KS) cluster_arrive_relaxed();  // (waited on before the first store into rank 0)
   // Warp gw reads units gw, gw + GW, ... whole; or, a.split, CTA b owns units [u0, u1) and its warps
   // read equal runs of their stages [j0, j0 + total), the warps of a unit cut between them adding into
-  // `sums`, and the one that completes its stages storing it.
+  // `sums`, and the one that completes its stages storing it; or, MoE a.local, CTA b owns units [u0,
+  // u1) (pair-major: a pair or two), warp w reads u0 + w, u0 + w + WPC, ... whole, and the CTA builds
+  // the records of those pairs' x rows only, from row xr0 on.
   const bool split = (MT == 2 || MT == 4) && !MOE && !ONE && a.split;  // (the launch splits only these)
-  const int u0 = split ? (int)((int64_t)blockIdx.x * units / gridDim.x) : 0;
-  const int u1 = split ? (int)((int64_t)(blockIdx.x + 1) * units / gridDim.x) : 0;
+  const bool local = MOE && a.local;
+  const int u0 = split || local ? (int)((int64_t)blockIdx.x * units / gridDim.x) : 0;
+  const int u1 = split || local ? (int)((int64_t)(blockIdx.x + 1) * units / gridDim.x) : units;
+  const int ufirst = local ? u0 + warp : gw, ustep = local ? WPC : GW;
+  const int xr0 = local ? u0 / hN / a.x_div : 0;
+  const int nxl = !local ? nx : u1 > u0 ? (u1 - 1) / hN / a.x_div - xr0 + 1 : 0;  // x rows with records
   const int j0 = u0 * nst + (int)((int64_t)warp * (u1 - u0) * nst / WPC);
   const int total = split ? u0 * nst + (int)((int64_t)(warp + 1) * (u1 - u0) * nst / WPC) - j0
-                          : (gw < units ? (units - 1 - gw) / GW + 1 : 0) * nst;  // stages this warp reads
-  const XT* x = reinterpret_cast<const XT*>(a.x) + (KS ? rank * K : 0);
+                          : (ufirst < u1 ? (u1 - 1 - ufirst) / ustep + 1 : 0) * nst;  // stages this warp reads
+  const XT* x = reinterpret_cast<const XT*>(a.x) + (KS ? rank * K : 0) + (int64_t)xr0 * a.x_stride;
   const int nG = K / L::GS, nGp = nch * GPC;  // groups of K; with a short last chunk's padding (RAG)
   // group G of the x rows' padded groups as float (zeros for a token past M: M = 3 on MT = 4, never
   // stored, and for the padding)
@@ -411,7 +418,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
 
   // the warp's stages in order (unit gw + j * GW, chunks CPS * s ...; split: from stage j0 on), the
   // next one into buffer `st`: each warp-wide cp.async covers 512 contiguous bytes of one row
-  int is = split ? j0 % nst : 0, ip = split ? j0 / nst : gw, ii = 0;
+  int is = split ? j0 % nst : 0, ip = split ? j0 / nst : ufirst, ii = 0;
   const uint8_t* iw = wbase();
   int ilast = 0;  // last row of the unit that exists, counted from its first
   auto issue = [&](int st) {
@@ -475,7 +482,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
           if (r < RPU && pc < nP) cp16(d + r * RS + 16 * pc, s0 + (int64_t)min(r, ilast) * a.row_bytes + 16 * pc);
         }
       }
-      if (++is == nst) { is = 0; ip += split ? 1 : GW; }
+      if (++is == nst) { is = 0; ip += split ? 1 : ustep; }
       ++ii;
     }
   };
@@ -486,7 +493,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   grid_dep_wait();
   float v0[L::GS];  // the thread's first group, requested before the expert ids are waited for
   uint4 r0[L::GS / 8];  // (MT = 8: as pieces)
-  if (threadIdx.x < nx * nGp) {
+  if (threadIdx.x < nxl * nGp) {
     if constexpr (MT == 8) load_raw(threadIdx.x, r0);
     else load_x(threadIdx.x, v0);
   }
@@ -501,9 +508,9 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   if constexpr (MT == 8) {
     // 8 tokens' records, about 5 groups a thread at 7 warps: each group's x asked for an iteration
     // ahead (M = 8 4096 -> 14336: -2..-3%, NOTES.md v13)
-    for (int G = threadIdx.x; G < nx * nGp; G += blockDim.x) {
+    for (int G = threadIdx.x; G < nxl * nGp; G += blockDim.x) {
       uint4 rn[L::GS / 8];
-      if (G + (int)blockDim.x < nx * nGp) load_raw(G + blockDim.x, rn);
+      if (G + (int)blockDim.x < nxl * nGp) load_raw(G + blockDim.x, rn);
       float v[L::GS];
 #pragma unroll
       for (int i = 0; i < L::GS / 8; ++i) piece_floats<XT>(r0[i], v + 8 * i);
@@ -513,7 +520,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       for (int i = 0; i < L::GS / 8; ++i) r0[i] = rn[i];
     }
   } else {
-    for (int G = threadIdx.x; G < nx * nGp; G += blockDim.x) {
+    for (int G = threadIdx.x; G < nxl * nGp; G += blockDim.x) {
       const int xr = G / nGp;
       if (G == threadIdx.x) {
         R::group(v0, G - xr * nGp, K, recs + rec_off(xr));
@@ -535,7 +542,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   const int one_t = c ^ kap;  // ONE: the lane's role
   const int tok = MT == 8 ? 2 * c : (2 * c + (g & 1)) / CPS;  // MT = 8: tokens 2c and 2c + 1
   float acc[MT == 8 ? 4 : 2] = {};  // (row rho, row rho + MT) x (tok[, tok + 1])
-  int cur = 0, s = split ? j0 % nst : 0, p = split ? j0 / nst : gw;  // buffer, stage of the unit, unit of stage i
+  int cur = 0, s = split ? j0 % nst : 0, p = split ? j0 / nst : ufirst;  // buffer, stage of the unit, unit of stage i
   int s_head = s;  // the unit's first stage in this warp
   // the unit's x records, first row and output base
   const uint8_t* xrec = recs;
@@ -547,7 +554,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     if constexpr (RAG) wrow = rows_of(u);
     if constexpr (MOE) {
       const int q = u / hN;
-      xrec = recs + rec_off(q / a.x_div);
+      xrec = recs + rec_off(q / a.x_div - xr0);
       obase = (int64_t)q * a.out_stride;
       row0 = RPU * (u - q * hN);
       zero = sid[q] < 0;
@@ -724,7 +731,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       }
       if (unit_end) {
         s = s_head = 0;
-        p += split ? 1 : GW;
+        p += split ? 1 : ustep;
         if (p < units) unit_io(p);
       }
     }
@@ -1095,11 +1102,26 @@ inline bool follows_stream_kernel(cudaStream_t stream) {
   return false;
 #endif
 }
+// MoE local (gemv_stream_kernel): the most x rows one of `ctas` CTAs meets in its range of `units`
+// units of hN each, x_div pairs an x row.
+inline int local_rows(int units, int hN, int x_div, int ctas) {
+  int most = 0;
+  for (int b = 0; b < ctas; ++b) {
+    const int u0 = (int)((int64_t)b * units / ctas), u1 = (int)((int64_t)(b + 1) * units / ctas);
+    if (u1 > u0) most = std::max(most, (u1 - 1) / hN / x_div - u0 / hN / x_div + 1);
+  }
+  return most;
+}
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
-cudaError_t launch_choice(FastArgs a, const StreamChoice& ch, cudaStream_t stream) {
+cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   if (!ch.WPC) return cudaErrorNotSupported;
   a.S = ch.S;
   a.split = ch.split;
+  if (MOE && a.local) {  // the records of the rows the chosen CTAs meet (a.nx was the guess for one a SM)
+    const int hN = (a.N + 2 * MT - 1) / (2 * MT), rows = local_rows(a.P * hN, hN, a.x_div, ch.ctas);
+    ch.smem += ((int64_t)rows - a.nx) * (int64_t)stream_rec_stride<T, MT>(a.K);
+    a.nx = rows;
+  }
   // A dependent launch only after a stream kernel, and where the CTAs are one per SM, with shared memory
   // padded to more than half an SM's so that no two share one: the block scheduler places a dependent
   // grid's CTAs on the SMs as the previous kernel's CTAs leave, and it put two on an SM that another
@@ -1335,6 +1357,11 @@ inline bool knob_moe_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_MOE");
   return v;
 }
+// GGUF_KERNELS_FAST_LOCAL=0: every CTA builds the records of all the pairs' x rows (before v17).
+inline bool knob_local_off() {
+  static const bool v = env_off("GGUF_KERNELS_FAST_LOCAL");
+  return v;
+}
 template <int T>
 cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cudaStream_t stream) {
   using L = FT<T>;
@@ -1347,12 +1374,18 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
       return cudaErrorNotSupported;
     const bool rag = !rows_fit<T>(K, ga.row_bytes);
     if ((rag && !rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)) || ga.x_stride % 8 != 0) return cudaErrorNotSupported;
-    const int nx = (P + ga.x_div - 1) / ga.x_div;
+    // local: each CTA only the records of the x rows its own range of units meets (guessed for a CTA an
+    // SM and 2-row units, set for the chosen grid at launch), where that is fewer than all of them
+    int nx = (P + ga.x_div - 1) / ga.x_div;
+    const int hN = (N + 3) / 4, guess = local_rows(P * hN, hN, ga.x_div, num_sms());
+    const bool local = !knob_local_off() && guess < nx;
+    if (local) nx = guess + 1;
     const size_t recs = (size_t)nx * stream_rec_stride<T, 1>(K);
     if (recs > (rag ? kMoeRagRecBytes : kMoeRecBytes)) return cudaErrorNotSupported;
     FastArgs a = fast_args(ga, xt);
     a.M = 1;
     a.ids = ga.ids; a.ids64 = ga.ids64; a.n_experts = ga.n_experts; a.P = P; a.x_div = ga.x_div; a.nx = nx;
+    a.local = local;
     a.expert_bytes = ga.expert_bytes;
     const size_t fixed = recs + ((size_t)P * 4 + 15) / 16 * 16;
     if constexpr (may_rag<T>()) {
