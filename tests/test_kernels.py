@@ -353,16 +353,18 @@ def test_moe_matmul_fast_pairs(name, dtype, x3d, rng):
 @pytest.mark.parametrize("x3d", [False, True])
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])
 def test_moe_matmul_pairs_local(name, x3d, rng):
-    """24 pairs of 2048 rows (Qwen3-30B-A3B's down shape, K = 768: 3-chunk rows, Q6_K's and MXFP4's
-    not whole 16-byte pieces): each CTA's range of units spans a pair or two, whose x rows alone it
-    turns into records (x3d: a row a pair; else a row every 8 pairs); an unroutable id's rows zero."""
-    E, N, T, top_k, K = 16, 2048, 3, 8, 768
+    """24 and 64 pairs of 2048 rows (Qwen3-30B-A3B's down shape, K = 768: 3-chunk rows, Q6_K's,
+    IQ4_XS's and MXFP4's not whole 16-byte pieces, which at 64 pairs are grouped by expert instead):
+    each CTA's range of units spans a pair or two, whose x rows alone it turns into records (x3d: a
+    row a pair; else a row every 8 pairs); an unroutable id's rows zero."""
+    E, N, top_k, K = 16, 2048, 8, 768
     packed = random_packed(name, (E, N), K, rng)
     w = ref_dequant(packed, name).double()
-    ids = torch.from_numpy(np.argsort(rng.random((T, E)), axis=1)[:, :top_k].copy()).to(DEV)
-    ids[1, 5] = -1
-    x = torch.randn((T, top_k, K) if x3d else (T, K), device=DEV, dtype=torch.bfloat16)
-    check_moe_with_unroutable(x, packed, w, ids, name, TOL[torch.bfloat16])
+    for T in (3, 8):
+        ids = torch.from_numpy(np.argsort(rng.random((T, E)), axis=1)[:, :top_k].copy()).to(DEV)
+        ids[1, 5] = -1
+        x = torch.randn((T, top_k, K) if x3d else (T, K), device=DEV, dtype=torch.bfloat16)
+        check_moe_with_unroutable(x, packed, w, ids, name, TOL[torch.bfloat16])
 
 
 def test_moe_matmul_pairs_without_local():

@@ -97,8 +97,9 @@ size_t gemv_fast_scratch(int K, int M, int64_t row_bytes);
 template <int T>
 cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 // MoE pairs (a.mode == GEMV_PAIRS, P pairs) on the fast path's M = 1 kernel: cudaErrorNotSupported
-// when it does not take the case (type, K, dtype, the x rows' records too large, or K shorter than
-// min_chunks of the kernel's chunks: a stage of 8 chunks a row then leaves lanes idle).
+// when it does not take the case (type, K, dtype, the x rows' records too large, or rows that are not
+// whole 16-byte pieces with K shorter than min_chunks of the kernel's chunks: their stages of 8 chunks a
+// row then leave lanes idle; whole-piece rows take the 4-row form at any K).
 template <int T>
 cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, int min_chunks, cudaStream_t stream);
 // Dense M = 9..32 (bf16/fp16 x, Q4_0 and MXFP4, IQ4_XS to 16, the same rows) on tile_fast_kernel

@@ -123,11 +123,12 @@ int moe_pairs_max() {
   return v;
 }
 // Fewest pairs that are grouped by expert (tile kernel) rather than run on gemv_mma_kernel's pairs
-// when the stream kernel does not take them, or on the stream kernel when K is shorter than its
-// 8-chunk stage. Same-run A/Bs on the H200 (NOTES.md v9), T = 8: gpt-oss-20b's gate (32 pairs,
-// 1530-byte rows) 102 us grouped against 124 as pairs; Qwen3-30B-A3B's down projection (64 pairs,
-// K = 768: 3 chunks) Q4_K 36 grouped against 65 on the stream kernel, Q6_K 49 against 57 as pairs;
-// its gate (K = 2048, 8 chunks) stays on the stream kernel (28 against 39 grouped).
+// when the stream kernel does not take them, or on the stream kernel when its rows are not whole
+// 16-byte pieces and K is shorter than its 8-chunk stage. Same-run A/Bs on the H200 (NOTES.md v9),
+// T = 8: gpt-oss-20b's gate (32 pairs, 1530-byte rows) 102 us grouped against 124 as pairs;
+// Qwen3-30B-A3B's down projection (64 pairs, K = 768: 3 chunks) Q6_K 49 against 57 as pairs; its gate
+// (K = 2048, 8 chunks) stays on the stream kernel (28 against 39 grouped). Since v17 (each CTA's own
+// pairs' records, the 4-row form) the Q4_K down projection runs on the stream kernel: 31.5 against 36.1.
 int moe_group_min() {
   static const int v = env_int("GGUF_KERNELS_MOE_GROUP_MIN", 32);
   return v;
@@ -343,7 +344,8 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
   const bool tile = mma && tile_max_m(qtype) > 0;
   if (P <= moe_pairs_max()) {
     a.mode = gq::GEMV_PAIRS;
-    // from moe_group_min() pairs: the stream kernel only with full 8-chunk stages, else grouped by expert
+    // from moe_group_min() pairs: the stream kernel only on rows of whole 16-byte pieces or with full
+    // 8-chunk stages, else grouped by expert
     const bool group = tile && P >= moe_group_min();
     if (mma) {  // the fast M = 1 kernel over all pairs at once, where it takes the case
       const cudaError_t e = gq::launch_gemv_fast_moe_any((int)qtype, a, xt, (int)P, group ? 8 : 1, stream);
