@@ -119,6 +119,14 @@ def test_get_rows(name, idtype, rng):
     torch.testing.assert_close(out.float(), ref.to(torch.bfloat16).float(), rtol=1e-2, atol=1e-6)
 
 
+def run_child(env: dict, target: str, select: str, expect: str) -> None:
+    """pytest on `target` -k `select` in a child process with `env` added (the launch reads its knobs
+    once a process): it must pass and print `expect`."""
+    r = subprocess.run([sys.executable, "-m", "pytest", target, "-q", "-p", "no:cacheprovider", "-k", select],
+                       env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0 and expect in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+
+
 # --- matmul -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("M", [1, 3, 8, 13, 24, 40, 80])
@@ -166,10 +174,7 @@ def test_matmul_stream_without_ks():
     """The plain M = 8 stream launch, which the K split now precedes wherever it fits (4096 -> 14336),
     stays reachable with GGUF_KERNELS_FAST_KS=0, read once a process: test_matmul_stream's M = 5 and 8
     in a child."""
-    env = {**os.environ, "GGUF_KERNELS_FAST_KS": "0"}
-    r = subprocess.run([sys.executable, "-m", "pytest", f"{__file__}::test_matmul_stream", "-q", "-p",
-                        "no:cacheprovider", "-k", "5] or 8]"], env=env, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0 and "14 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+    run_child({"GGUF_KERNELS_FAST_KS": "0"}, f"{__file__}::test_matmul_stream", "5] or 8]", "14 passed")
 
 
 @pytest.mark.parametrize("M", [2, 3, 4])
@@ -370,21 +375,14 @@ def test_moe_matmul_pairs_local(name, x3d, rng):
 def test_moe_matmul_pairs_without_local():
     """Every CTA turning all the pairs' x rows into records (before the CTAs' own ranges of units):
     GGUF_KERNELS_FAST_LOCAL=0, read once a process, on the fast-pairs and local cases in a child."""
-    env = {**os.environ, "GGUF_KERNELS_FAST_LOCAL": "0"}
-    r = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-k",
-                        "(fast_pairs and bfloat16) or pairs_local"], env=env, capture_output=True, text=True,
-                       timeout=900)
-    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+    run_child({"GGUF_KERNELS_FAST_LOCAL": "0"}, __file__, "(fast_pairs and bfloat16) or pairs_local", " passed")
 
 
 def test_moe_matmul_pairs_without_one():
     """The stream kernel's MoE forms that its 4-row form (ONE) now replaces where K is at most 8 chunks
     (the MT = 1 row pairs; the MT = 2 mapping for K of at most 4 chunks) stay reachable with
     GGUF_KERNELS_FAST_ONE=0, which the launch reads once a process: the fast-pairs cases in a child."""
-    env = {**os.environ, "GGUF_KERNELS_FAST_ONE": "0"}
-    r = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-k",
-                        "fast_pairs and bfloat16"], env=env, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+    run_child({"GGUF_KERNELS_FAST_ONE": "0"}, __file__, "fast_pairs and bfloat16", " passed")
 
 
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])
