@@ -27,9 +27,10 @@ for name in TYPES:
     for M in (12, 24):  # tile_fast_kernel (Q4_0, IQ4_XS, MXFP4) with K split in two and in eight
         for N, K in ((14335, 2048), (4000, 9728)):
             k.matmul(torch.randn(M, K, device=dev, dtype=torch.bfloat16), random_packed(name, (N,), K, rng), q)
-    for M, N, K in ((5, 4095, 14336), (8, 999, 4096), (6, 14335, 4096)):  # M = 5..8, K split over a cluster (4, 8, 2 slices)
+    # M = 3..8, K split over a cluster (4, 8, 2 slices; M = 4 on 14335 rows: IQ4_XS and MXFP4 only)
+    for M, N, K in ((5, 4095, 14336), (8, 999, 4096), (6, 14335, 4096), (3, 4095, 14336), (4, 14335, 4096)):
         k.matmul(torch.randn(M, K, device=dev, dtype=torch.bfloat16), random_packed(name, (N,), K, rng), q)
-    for M in (2, 4):  # the stream kernel's stages split over a CTA's warps
+    for M in (2, 4):  # the stream kernel's stages split over a CTA's warps (M = 4: the K split first)
         k.matmul(torch.randn(M, 8192, device=dev, dtype=torch.bfloat16), random_packed(name, (199,), 8192, rng), q)
     # the stream kernel's 4-row form (one kept value a lane): M = 1 with many rows, a 3-row last unit;
     # MoE pairs of one token through 8 of 16 experts, one unroutable

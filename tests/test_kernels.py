@@ -155,15 +155,16 @@ def test_matmul_stream(name, M, rng):
         check_matmul(name, M, 999, K, rng)
 
 
-@pytest.mark.parametrize("M", [5, 6, 8])
+@pytest.mark.parametrize("M", [3, 4, 5, 6, 8])
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])
 def test_matmul_stream_ksplit(name, M, rng):
-    """M = 5..8 on the MT = 8 stream kernel with K split over a cluster of CTAs that meet in rank 0's
-    shared memory: where 8 tokens' records of all of K do not fit a CTA (K = 14336: 4 slices of 14
-    chunks, N = 4095, whose last unit is a row short) or leave a thread too many (N = 999, K = 4096: 8
-    slices of 1-2 chunks), and where they fit but a split doubles the warps (N = 14335, K = 4096: 2
-    slices, 14 warps a CTA); Q6_K, whose slices would not start 16-byte aligned, stays on the 16-row
-    tile kernel or the plain launch. fp16 activations once."""
+    """M = 3..8 on the MT = 8 stream kernel with K split over a cluster of CTAs that meet in rank 0's
+    shared memory (M < 8: the padded tokens' records are never built, their columns never stored):
+    where 8 tokens' records of all of K do not fit a CTA (K = 14336: 4 slices of 14 chunks, N = 4095,
+    whose last unit is a row short) or leave a thread too many (N = 999, K = 4096: 8 slices of 1-2
+    chunks), and where they fit but a split doubles the warps (N = 14335, K = 4096: 2 slices, 14 warps a
+    CTA; at M = 3, 4 only IQ4_XS and MXFP4 take it there); Q6_K, whose slices would not start 16-byte
+    aligned, stays on the 16-row tile kernel or the plain launch. fp16 activations once."""
     for N, K in ((4095, 14336), (999, 4096), (14335, 4096)):
         check_matmul(name, M, N, K, rng)
     if M == 8:
@@ -171,10 +172,13 @@ def test_matmul_stream_ksplit(name, M, rng):
 
 
 def test_matmul_stream_without_ks():
-    """The plain M = 8 stream launch, which the K split now precedes wherever it fits (4096 -> 14336),
-    stays reachable with GGUF_KERNELS_FAST_KS=0, read once a process: test_matmul_stream's M = 5 and 8
-    in a child."""
+    """The plain launches that the K split now precedes stay reachable with GGUF_KERNELS_FAST_KS=0, read
+    once a process: in a child, test_matmul_stream's M = 5 and 8 (the plain M = 8 launch, 4096 ->
+    14336) and test_matmul_stream_split's M = 3 and 4 (the MT = 4 launch with its stages split over
+    warps)."""
     run_child({"GGUF_KERNELS_FAST_KS": "0"}, f"{__file__}::test_matmul_stream", "5] or 8]", "14 passed")
+    # M = 3, 4 with few units: the split now precedes the MT = 4 launch whose stages split over warps
+    run_child({"GGUF_KERNELS_FAST_KS": "0"}, f"{__file__}::test_matmul_stream_split", "3] or 4]", "12 passed")
 
 
 @pytest.mark.parametrize("M", [2, 3, 4])
@@ -183,7 +187,8 @@ def test_matmul_stream_split(name, M, rng):
     """M = 2..4 with few units for the GPU: the stream kernel splits each CTA's stages over its warps,
     and the warps that share a unit add into shared memory, the last one storing it (N = 199, K = 8192:
     two to four warps a unit, the last unit one row short; N = 999, K = 4096: up to eight warps of one
-    stage each)."""
+    stage each). At M = 3, 4 the K split over a cluster takes these shapes first (Q6_K excepted), so
+    test_matmul_stream_without_ks also runs them with the split off."""
     for N, K in ((199, 8192), (999, 4096)):
         check_matmul(name, M, N, K, rng)
 

@@ -379,7 +379,8 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   const int u1 = split || local ? (int)((int64_t)(blockIdx.x + 1) * units / gridDim.x) : units;
   const int ufirst = local ? u0 + warp : gw, ustep = local ? WPC : GW;
   const int xr0 = local ? u0 / hN / a.x_div : 0;
-  const int nxl = !local ? nx : u1 > u0 ? (u1 - 1) / hN / a.x_div - xr0 + 1 : 0;  // x rows with records
+  // x rows with records: dense, only tokens below M (a padded token's D columns are never stored)
+  const int nxl = !local ? (MOE ? nx : min(nx, a.M)) : u1 > u0 ? (u1 - 1) / hN / a.x_div - xr0 + 1 : 0;
   const int j0 = u0 * nst + (int)((int64_t)warp * (u1 - u0) * nst / WPC);
   const int total = split ? u0 * nst + (int)((int64_t)(warp + 1) * (u1 - u0) * nst / WPC) - j0
                           : (ufirst < u1 ? (u1 - 1 - ufirst) / ustep + 1 : 0) * nst;  // stages this warp reads
@@ -1186,7 +1187,7 @@ cudaError_t launch_stream_dense(const FastArgs& a, DType xt, cudaStream_t stream
   return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, false, MT, RAG>(a, units, fixed, stream)
                            : launch_stream<T, __half, false, MT, RAG>(a, units, fixed, stream);
 }
-// M = 5..8, tried before the plain MT = 8 launch: the MT = 8 kernel with K split over a cluster of Z
+// M = 5..8 (and 3, 4: ks_first), tried before the plain launch: the MT = 8 kernel with K split over a cluster of Z
 // CTAs (KS; NOTES.md v16, v17), each holding the records of its slice, one unit a warp, the slices' sums
 // met in rank 0's shared memory. Where 8 tokens' records of all of K do not fit a CTA (14336 -> 4096,
 // 4096 -> 4096, 4096 -> 1024) it replaces the 16-row tile kernel; where they fit (4096 -> 14336) it
@@ -1196,6 +1197,18 @@ cudaError_t launch_stream_dense(const FastArgs& a, DType xt, cudaStream_t stream
 inline int knob_ks() {
   static const int v = std::getenv("GGUF_KERNELS_FAST_KS") ? env_knob("GGUF_KERNELS_FAST_KS") : -1;
   return v;
+}
+// Whether M tokens try the K split before the plain launch: M = 5..8 always; M = 3, 4 where the plain
+// MT = 4 launch has at most 4 units an SM, and for the table types (MXFP4, IQ4_XS) everywhere. Same
+// call on the H200 (NOTES.md v18), plain / split, us: 14336 -> 4096 M = 4 Q4_K 29.0 / 21.4, Q8_0 32.4 /
+// 22.6, MXFP4 34.7 / 24.7; 4096 -> 1024 Q4_0 4.9 / 4.0; 4096 -> 14336 (1792 units) Q8_0 M = 3 18.7 /
+// 20.3, MXFP4 M = 4 21.3 / 19.2; M = 2 lost on 16 of 24 rows. GGUF_KERNELS_FAST_KS_MIN_M: the split
+// from that M on, everywhere (A/B runs).
+template <int T>
+bool ks_first(int M, int N) {
+  static const int v = std::getenv("GGUF_KERNELS_FAST_KS_MIN_M") ? env_knob("GGUF_KERNELS_FAST_KS_MIN_M") : -1;
+  if (v >= 0) return M >= v;
+  return M >= 5 || (M >= 3 && ((N + 7) / 8 <= 4 * num_sms() || T == MXFP4 || T == IQ4_XS));
 }
 // Clusters of z CTAs (WPC warps, smem bytes; a grid of `clusters` of them) of `kernel` that can run at
 // once, asked once per case (the launch path runs on every matmul outside CUDA graphs).
@@ -1226,7 +1239,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   using L = FT<T>;
   constexpr int MT = 8;
   const int ks = knob_ks();
-  if (ks == 0 || a0.M < 5 || a0.M > 8) return cudaErrorNotSupported;
+  if (ks == 0 || a0.M > 8 || !ks_first<T>(a0.M, a0.N)) return cudaErrorNotSupported;
   const int nch = a0.K / L::CE, units = (a0.N + 2 * MT - 1) / (2 * MT);
   const auto kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true>;
   static const bool attrs_set = [&] {
@@ -1291,10 +1304,11 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
     return xt == DType::BF16 ? launch_stream_one_or_old<T, __nv_bfloat16, false>(a, fixed, stream)
                              : launch_stream_one_or_old<T, __half, false>(a, fixed, stream);
   }
-  if (M <= 4) return M == 2 ? launch_stream_dense<T, 2>(a, xt, stream) : launch_stream_dense<T, 4>(a, xt, stream);
   const cudaError_t e = xt == DType::BF16 ? launch_stream_ks<T, __nv_bfloat16>(a, stream)
                                           : launch_stream_ks<T, __half>(a, stream);
-  return e != cudaErrorNotSupported ? e : launch_stream_dense<T, 8>(a, xt, stream);
+  if (e != cudaErrorNotSupported) return e;
+  if (M <= 4) return M == 2 ? launch_stream_dense<T, 2>(a, xt, stream) : launch_stream_dense<T, 4>(a, xt, stream);
+  return launch_stream_dense<T, 8>(a, xt, stream);
 }
 // prep_kernel: the records of ga's M tokens into `scratch` (Prep<T>'s layout: B part, then sigma / beta).
 template <int T>
