@@ -51,4 +51,13 @@ for name, K in RAGGED:  # the stream kernel's ragged rows: M = 1 (odd N) and MoE
     e = random_packed(name, (5, 38), K, rng)
     k.moe_matmul(torch.randn(3, K, device=dev, dtype=torch.bfloat16), e, torch.tensor([[0, 4], [4, -1], [2, 2]], device=dev), q)
     torch.cuda.synchronize()
+# MXFP4 K = 2880 over hit experts (one x row a token): 8 tokens' top 4 of 32, 2003 rows (a 3-row last
+# unit), an expert twice in a token's choice, an unroutable id; 17 rows (a 1-row last unit)
+e = random_packed("MXFP4", (32, 2003), 2880, rng)
+ids = torch.randint(0, 32, (8, 4), device=dev)
+ids[2, 1], ids[5, 3] = ids[2, 0], -1
+k.moe_matmul(torch.randn(8, 2880, device=dev, dtype=torch.bfloat16), e, ids, qid("MXFP4"))
+k.moe_matmul(torch.randn(8, 2880, device=dev, dtype=torch.float16), random_packed("MXFP4", (32, 17), 2880, rng), ids,
+             qid("MXFP4"))
+torch.cuda.synchronize()
 print("sanity done")

@@ -390,6 +390,35 @@ def test_moe_matmul_pairs_without_one():
     run_child({"GGUF_KERNELS_FAST_ONE": "0"}, __file__, "fast_pairs and bfloat16", " passed")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("T, top_k", [(1, 4), (2, 4), (5, 4), (8, 4), (8, 8)])
+def test_moe_matmul_hit_experts(T, top_k, dtype, rng):
+    """MXFP4 rows of 4k + 2 bytes (gpt-oss, K = 2880) with one x row a token, T = 2..8: the stream kernel
+    over 16-row units of each expert the pairs hit, every token's products, stored to the pairs that
+    chose it (T = 1 keeps the row pairs). N = 2880, 2003 (a last unit of 3 rows), 17 (of 1: its odd rows read the row before) and
+    2; an expert twice in one token's choice (both slots), unroutable ids (-1, E: zero rows, their own
+    hit), up to 33 hits (T = 8, top 8 of 32)."""
+    E, K = 32, 2880
+    for N in (2880, 2003, 17, 2):
+        packed = random_packed("MXFP4", (E, N), K, rng)
+        w = ref_dequant(packed, "MXFP4").double()
+        ids = torch.from_numpy(np.argsort(rng.random((T, E)), axis=1)[:, :top_k].copy()).to(DEV)
+        ids[0, 1] = ids[0, 0]
+        ids[T - 1, top_k - 1] = -1
+        if T > 2:
+            ids[1, 2] = E
+        x = torch.randn(T, K, device=DEV, dtype=dtype)
+        check_moe_with_unroutable(x, packed, w, ids, "MXFP4", TOL[dtype])
+
+
+def test_moe_matmul_without_hit_experts():
+    """The paths the hit-expert units replace (MXFP4 K = 2880, x rows shared by a token's pairs, at most
+    8 tokens: row pairs of ragged rows, or grouped by expert) with GGUF_KERNELS_FAST_EXP_MIN_T=9, in a
+    child: test_moe_matmul's and test_moe_matmul_tile's MXFP4 cases."""
+    run_child({"GGUF_KERNELS_FAST_EXP_MIN_T": "9"}, __file__,
+              "(test_moe_matmul[ and MXFP4 and bfloat16 and not True) or (moe_matmul_tile and MXFP4)", " passed")
+
+
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])
 def test_moe_matmul_stream_one(name, rng):
     """One token through 8 experts with enough rows for the stream kernel's 4-row form (Qwen3-30B-A3B's

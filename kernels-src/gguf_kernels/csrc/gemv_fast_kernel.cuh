@@ -334,8 +334,11 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
   using R = StreamRecs<T>;
-  static_assert(MT == 1 || (MT == 2 && !RAG) || ((MT == 4 || MT == 8) && !MOE && !RAG),
-                "MT tokens: 1, 2, 4 or 8; MoE with 1 or 2; ragged rows with 1");
+  static_assert(MT == 1 || (MT == 2 && !RAG) || ((MT == 4 || MT == 8) && !MOE && !RAG) || (MT == 8 && MOE && RAG),
+                "MT tokens: 1, 2, 4 or 8; MoE with 1 or 2, or 8 over hit experts; ragged rows with 1 (MoE: 8)");
+  // MoE over hit experts (EXP): a unit is 16 rows of one expert that the pairs hit, times all the
+  // (at most 8) tokens, stored to the pairs that chose it
+  constexpr bool EXP = MOE && MT == 8;
   static_assert(!ONE || (MT == 2 && !RAG), "one kept value a lane: one x row a unit on the MT = 2 geometry");
   static_assert(!KS || (MT == 8 && !MOE && !RAG), "K split over a cluster: dense MT = 8");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
@@ -355,12 +358,20 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   uint8_t* recs = smem;
   uint8_t* buf = recs + nx * RB + (size_t)warp * S * STAGE;
   int* sid = reinterpret_cast<int*>(recs + nx * RB + (size_t)WPC * S * STAGE);  // MOE: experts
+  // EXP: after the pairs' experts, a pair's entry in first_of (expert + 1: the lowest pair with that
+  // expert), the hit experts, each first pair's hit index, the slots of each (hit, token), the hit count
+  int* first_of = sid + ((a.P + 3) & ~3);
+  int* hexp = first_of + ((a.n_experts + 4) & ~3);
+  int* hid = hexp + 64;
+  uint32_t* hmask = reinterpret_cast<uint32_t*>(hid + 64);
+  int* nhit = reinterpret_cast<int*>(hmask + 64 * 8);
   // a.split (dense only, so after the stages): per unit of the CTA, the {RPU rows x MT tokens} sums of
   // the warps that each read part of it, then the count of its stages added
   constexpr int SLOT = split_slot(MT);
   float* sums = reinterpret_cast<float*>(sid);
 
-  const int hN = (N + RPU - 1) / RPU, units = MOE ? a.P * hN : hN;
+  const int hN = (N + RPU - 1) / RPU;
+  int units = MOE ? a.P * hN : hN;  // EXP: set once the hit experts are known
   // KS: the CTAs of a cluster read the same units, rank r the r-th of its equal slices of K (a.K is the
   // slice), and meet in rank 0's shared memory at the end (one unit a warp at most)
   const int rank = KS ? (int)cluster_reg_rank() : 0;
@@ -376,14 +387,14 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   const bool split = (MT == 2 || MT == 4) && !MOE && !ONE && a.split;  // (the launch splits only these)
   const bool local = MOE && a.local;
   const int u0 = split || local ? (int)((int64_t)blockIdx.x * units / gridDim.x) : 0;
-  const int u1 = split || local ? (int)((int64_t)(blockIdx.x + 1) * units / gridDim.x) : units;
-  const int ufirst = local ? u0 + warp : gw, ustep = local ? WPC : GW;
+  int u1 = split || local ? (int)((int64_t)(blockIdx.x + 1) * units / gridDim.x) : units;
+  int ufirst = local ? u0 + warp : gw, ustep = local ? WPC : GW;  // EXP: set with the units
   const int xr0 = local ? u0 / hN / a.x_div : 0;
-  // x rows with records: dense, only tokens below M (a padded token's D columns are never stored)
-  const int nxl = !local ? (MOE ? nx : min(nx, a.M)) : u1 > u0 ? (u1 - 1) / hN / a.x_div - xr0 + 1 : 0;
+  // x rows with records: dense and EXP, only tokens below M (a padded token's D columns are never stored)
+  const int nxl = !local ? (MOE && !EXP ? nx : min(nx, a.M)) : u1 > u0 ? (u1 - 1) / hN / a.x_div - xr0 + 1 : 0;
   const int j0 = u0 * nst + (int)((int64_t)warp * (u1 - u0) * nst / WPC);
-  const int total = split ? u0 * nst + (int)((int64_t)(warp + 1) * (u1 - u0) * nst / WPC) - j0
-                          : (ufirst < u1 ? (u1 - 1 - ufirst) / ustep + 1 : 0) * nst;  // stages this warp reads
+  int total = split ? u0 * nst + (int)((int64_t)(warp + 1) * (u1 - u0) * nst / WPC) - j0
+                    : (ufirst < u1 ? (u1 - 1 - ufirst) / ustep + 1 : 0) * nst;  // stages this warp reads
   const XT* x = reinterpret_cast<const XT*>(a.x) + (KS ? rank * K : 0) + (int64_t)xr0 * a.x_stride;
   const int nG = K / L::GS, nGp = nch * GPC;  // groups of K; with a short last chunk's padding (RAG)
   // group G of the x rows' padded groups as float (zeros for a token past M: M = 3 on MT = 4, never
@@ -412,11 +423,19 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     if constexpr (MOE) {
       const int q = u / hN;
       rp = u - q * hN;
-      w += (int64_t)max(sid[q], 0) * a.expert_bytes;
+      w += (int64_t)max(EXP ? hexp[q] : sid[q], 0) * a.expert_bytes;
     }
     return w + (int64_t)(RPU * rp) * a.row_bytes;
   };
 
+  // RAG, MT = 8: slot j < 8 of a stage holds the unit's row 2j, slot 8 + j row 2j + 1, so that each lane's
+  // two rows (A rows g, g + 8) start 0 and 2 bytes past 4-byte alignment (rows of 4k + 2 bytes, the unit's
+  // first row even), as chunk_ragged reads them; a row past the unit's last (`last`) is read as its first
+  // row, or the row before it (N >= 2), of the same parity
+  const auto slot_row = [](int j, int last) {
+    const int r = j < 8 ? 2 * j : 2 * j - 15;
+    return r <= last ? r : j < 8 ? 0 : last >= 1 ? 1 : -1;
+  };
   // the warp's stages in order (unit gw + j * GW, chunks CPS * s ...; split: from stage j0 on), the
   // next one into buffer `st`: each warp-wide cp.async covers 512 contiguous bytes of one row
   int is = split ? j0 % nst : 0, ip = split ? j0 / nst : ufirst, ii = 0;
@@ -434,8 +453,23 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       const uint8_t* s0 = iw + (b0 - mis);
       uint8_t* d = buf + st * STAGE;
       constexpr int NPF = stream_rs<T, MT, RAG>() / 16;  // pieces per row of a full stage: a fixed trip count
-      if constexpr (RAG) {  // each row from the 16-byte boundary below its stage, up to the row's end; a
-                            // missing second row reads the row before (N >= 2): same alignment as an odd row
+      if constexpr (RAG && MT == 8) {  // as below, 16 rows in slot_row's order, a stage one chunk
+        const int nb = (int)min((int64_t)L::CB, a.row_bytes - b0);
+#pragma unroll
+        for (int k = 0; k < (RPU * NPF + 31) / 32; ++k) {
+          const int q = lane + 32 * k, j = q / NPF, pc = q - j * NPF;
+          if (j < RPU) {
+            const uintptr_t a0 = (uintptr_t)(iw + (int64_t)slot_row(j, ilast) * a.row_bytes + b0);
+            const int m = (int)(a0 & 15), v = m + nb - 16 * pc;
+            const uint8_t* p0 = reinterpret_cast<const uint8_t*>(a0 - m);
+            if (pc < (m + L::CB + 15) >> 4) {
+              if (v >= 16) cp16(d + j * RS + 16 * pc, p0 + 16 * pc);
+              else cp16z(d + j * RS + 16 * pc, p0 + (v > 0 ? 16 * pc : 0), max(v, 0));
+            }
+          }
+        }
+      } else if constexpr (RAG) {  // each row from the 16-byte boundary below its stage, up to the row's end;
+                                   // a missing second row reads the row before (N >= 2): same alignment as an odd row
         const uintptr_t a0 = (uintptr_t)(iw + b0), a1 = a0 + (ilast > 0 ? a.row_bytes : -a.row_bytes);
         const int m0 = (int)(a0 & 15), m1 = (int)(a1 & 15);
         const int nb = (int)min((int64_t)nc * L::CB, a.row_bytes - b0);  // bytes of the row; past them zeros
@@ -503,6 +537,40 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       const int64_t e = load_id(a.ids, a.ids64, q);
       sid[q] = e >= 0 && e < a.n_experts ? (int)e : -1;
     }
+    if constexpr (EXP) {  // the hit experts (unroutable pairs: one more, -1), in order of their first pair
+      for (int i = threadIdx.x; i < a.n_experts + 1; i += blockDim.x) first_of[i] = 0x7FFFFFFF;
+      for (int i = threadIdx.x; i < 64 * 8; i += blockDim.x) hmask[i] = 0u;
+      __syncthreads();
+      for (int q = threadIdx.x; q < a.P; q += blockDim.x) atomicMin(&first_of[sid[q] + 1], q);
+      __syncthreads();
+      if (warp == 0) {
+        int nh = 0;
+        for (int b = 0; b < a.P; b += 32) {
+          const int q = b + lane;
+          const bool first = q < a.P && first_of[sid[q] + 1] == q;
+          const uint32_t m = __ballot_sync(0xFFFFFFFFu, first);
+          if (first) {
+            const int h = nh + __popc(m & ((1u << lane) - 1u));
+            hexp[h] = sid[q];
+            hid[q] = h;
+          }
+          nh += __popc(m);
+        }
+        if (lane == 0) *nhit = nh;
+      }
+      __syncthreads();
+      // slots of token t (x row) that chose hit h: bit s of hmask[8 h + t] (read after the records' barrier)
+      for (int q = threadIdx.x; q < a.P; q += blockDim.x)
+        atomicOr(&hmask[8 * hid[first_of[sid[q] + 1]] + q / a.x_div], 1u << (q % a.x_div));
+      // CTA b owns units [u0, u1), its warps u0 + w, u0 + w + WPC, ...: every SM the same share of the
+      // hits the launch could not count
+      units = *nhit * hN;
+      const int e0 = (int)((int64_t)blockIdx.x * units / gridDim.x);
+      u1 = (int)((int64_t)(blockIdx.x + 1) * units / gridDim.x);
+      ufirst = ip = e0 + warp;
+      ustep = WPC;
+      total = (ufirst < u1 ? (u1 - 1 - ufirst) / ustep + 1 : 0) * nst;
+    }
     __syncthreads();
   }
   for (int s = 0; s < S - 1; ++s) { issue(s); commit(); }
@@ -542,6 +610,9 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   const bool keep = (2 * c) % CPS == (kap & ~1);
   const int one_t = c ^ kap;  // ONE: the lane's role
   const int tok = MT == 8 ? 2 * c : (2 * c + (g & 1)) / CPS;  // MT = 8: tokens 2c and 2c + 1
+  // MT = 8, the x rows whose records B column g and the lane's tokens read: EXP holds the records of its
+  // nx tokens only, and a token past them (never stored) reads row 0's
+  const int tb = g < nx ? g : 0, t0 = tok < nx ? tok : 0, t1 = tok + 1 < nx ? tok + 1 : 0;
   float acc[MT == 8 ? 4 : 2] = {};  // (row rho, row rho + MT) x (tok[, tok + 1])
   int cur = 0, s = split ? j0 % nst : 0, p = split ? j0 / nst : ufirst;  // buffer, stage of the unit, unit of stage i
   int s_head = s;  // the unit's first stage in this warp
@@ -551,9 +622,18 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   int row0 = 0;
   int64_t obase = 0;
   bool zero = false;
+  int uh = 0;  // EXP: the unit's hit
+  const uint8_t *wa = nullptr, *wb = nullptr;  // RAG, MT = 8: the lane's two rows (slots g, g + 8)
   const auto unit_io = [&](int u) {
     if constexpr (RAG) wrow = rows_of(u);
-    if constexpr (MOE) {
+    if constexpr (EXP) {
+      uh = u / hN;
+      row0 = RPU * (u - uh * hN);
+      zero = hexp[uh] < 0;
+      const int last = min(RPU - 1, N - 1 - row0);
+      wa = wrow + (int64_t)slot_row(g, last) * a.row_bytes;
+      wb = wrow + (int64_t)slot_row(g + 8, last) * a.row_bytes;
+    } else if constexpr (MOE) {
       const int q = u / hN;
       xrec = recs + rec_off(q / a.x_div - xr0);
       obase = (int64_t)q * a.out_stride;
@@ -566,6 +646,18 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   if (total > 0) unit_io(p);
   // the unit's sums (lanes (lane & RED) == 0) to rows row0 + rho, row0 + rho + MT of its tokens
   const auto store_unit = [&] {
+    if constexpr (EXP) {  // rows 2g, 2g + 1 (slot_row) of tokens tok, tok + 1, to each pair that chose the hit
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int t = tok + e, r0 = row0 + 2 * g;
+        for (uint32_t m = t < a.M ? hmask[8 * uh + t] : 0u; m; m &= m - 1) {
+          const int64_t o = (int64_t)(t * a.x_div + __ffs(m) - 1) * a.out_stride;
+          if (r0 < N) store_out(a, o + r0, zero ? 0.f : acc[e]);
+          if (r0 + 1 < N) store_out(a, o + r0 + 1, zero ? 0.f : acc[2 + e]);
+        }
+      }
+      return;
+    }
     const int r0 = row0 + rho, r1 = r0 + MT;
 #pragma unroll
     for (int e = 0; e < (MT == 8 ? 2 : 1); ++e) {  // MT = 8: acc = {(r0, tok), (r0, tok + 1), (r1, tok), (r1, tok + 1)}
@@ -590,19 +682,23 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     const int mis = L::MIS ? (c0 * L::CB) & 15 : 0;  // where the stage's copy starts before its first chunk
     const uint8_t* rg = buf + cur * STAGE + rho * RS + mis + (ch - c0) * L::CB;
     const uint8_t* rg8 = rg + MT * RS;
-    if constexpr (RAG) {  // rows at their own offsets
+    if constexpr (RAG && MT == 8) {  // rows at their own offsets, in slot_row's order
+      rg = buf + cur * STAGE + g * RS + (((uintptr_t)wa + c0 * L::CB) & 15);
+      rg8 = buf + cur * STAGE + (g + 8) * RS + (((uintptr_t)wb + c0 * L::CB) & 15);
+    } else if constexpr (RAG) {  // rows at their own offsets
       const uintptr_t a0 = (uintptr_t)wrow + c0 * L::CB, a1 = a0 + (row0 + 1 < N ? a.row_bytes : -a.row_bytes);
       rg = buf + cur * STAGE + (a0 & 15) + (ch - c0) * L::CB;
       rg8 = buf + cur * STAGE + RS + (a1 & 15) + (ch - c0) * L::CB;
     }
-    const uint8_t* Bp = xrec + (MOE ? 0 : rec_off(rho)) + (size_t)ch * R::bstride() + c * (8 * STEPS);
+    const uint8_t* Bp = xrec + (MOE && !EXP ? 0 : rec_off(MT == 8 ? tb : rho)) + (size_t)ch * R::bstride() + c * (8 * STEPS);
     const uint8_t* Bo = Bp;  // ONE: column g of odd groups
     if constexpr (ONE) {  // column g holds chunk (g >> 1) ^ (g & 1) in even groups, that ^ 2 in odd ones
       const int ne = (g >> 1) ^ (g & 1), no = ne ^ 2;
       Bp = xrec + (size_t)(c0 + (ne < nch - c0 ? ne : 0)) * R::bstride() + c * (8 * STEPS);
       Bo = xrec + (size_t)(c0 + (no < nch - c0 ? no : 0)) * R::bstride() + c * (8 * STEPS);
     }
-    const uint8_t* Sp = xrec + (MOE || ONE ? 0 : rec_off(tok)) + (size_t)nch * R::bstride() + (size_t)ch * R::sstride();
+    const uint8_t* Sp = xrec + ((MOE && !EXP) || ONE ? 0 : rec_off(MT == 8 ? t0 : tok)) + (size_t)nch * R::bstride() +
+                        (size_t)ch * R::sstride();
     const auto product = [&](int q, const uint32_t (&A)[2][4], float (&D)[4]) {
       uint32_t b[4] = {0u, 0u, 0u, 0u};
       const uint8_t* Bq = (ONE && (q & 1) ? Bo : Bp) + q * R::BREC;
@@ -617,10 +713,10 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       if constexpr (STEPS == 2) mma16816(D, A[1], b[2], b[3]);
     };
     if constexpr (MT == 8) {  // every product kept, the epilogue right after it (registers)
-      L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+      const auto all = [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
         float D[4];
         product(q, A, D);
-        const uint8_t* Sp1 = Sp + (rec_off(tok + 1) - rec_off(tok));  // token tok + 1's
+        const uint8_t* Sp1 = Sp + (rec_off(t1) - rec_off(t0));  // token tok + 1's
         const float2 s0 = *reinterpret_cast<const float2*>(Sp + q * GR);
         const float2 s1 = *reinterpret_cast<const float2*>(Sp1 + q * GR);
         acc[0] = fmaf(sg, fmaf(s0.x, D[0], s0.y), acc[0]);
@@ -635,7 +731,9 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
           acc[2] = fmaf(og8, S0, acc[2]);
           acc[3] = fmaf(og8, S1, acc[3]);
         }
-      });
+      };
+      if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, all);
+      else L::chunk(rg, rg8, c, all);
     } else if constexpr (ONE) {  // each pair of groups' products, then the lane's one kept value of each
                                  // pair: role t = c ^ kap, D[0] (row rho) or D[3] (row rho + 2) of the
                                  // even group (t < 2) or the odd one; its scale read by the lane itself
@@ -1017,7 +1115,8 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   int64_t best_work = 0;  // rounds x warps per SM: the busiest SM's share of the units
   constexpr bool M1 = (MT == 1 || ONE) && FT<T>::CB < FT<T>::CE;  // 19 (ONE: 14 too) warps considered
   for (int WPC : {19, 16, 14, 8, 4}) {
-    if (knob_w() ? WPC != knob_w() : (WPC == 19 && !M1) || (WPC == 14 && !ONE)) continue;
+    // 14: where 16 warps' stages do not fit beside the records (ONE; MoE over hit experts, 8 tokens' records)
+    if (knob_w() ? WPC != knob_w() : (WPC == 19 && !M1) || (WPC == 14 && !ONE && !(MOE && MT == 8))) continue;
     const size_t smem = smem_for(WPC);
     const int n = smem > 200 * 1024 ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE>(WPC, smem);
     if (n <= 0) continue;
@@ -1118,6 +1217,8 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   if (!ch.WPC) return cudaErrorNotSupported;
   a.S = ch.S;
   a.split = ch.split;
+  // MoE over hit experts: the units were counted for the most hits, so a CTA on every SM
+  if constexpr (MOE && MT == 8) ch.ctas = num_sms();
   if (MOE && a.local) {  // the records of the rows the chosen CTAs meet (a.nx was the guess for one a SM)
     const int hN = (a.N + 2 * MT - 1) / (2 * MT), rows = local_rows(a.P * hN, hN, a.x_div, ch.ctas);
     ch.smem += ((int64_t)rows - a.nx) * (int64_t)stream_rec_stride<T, MT>(a.K);
@@ -1376,6 +1477,14 @@ inline bool knob_local_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_LOCAL");
   return v;
 }
+// Fewest tokens of MoE pairs on units over the hit experts (EXP; GGUF_KERNELS_FAST_EXP_MIN_T, 9: off).
+// Same call on the H200 (NOTES.md v18), gpt-oss-20b's experts (MXFP4, K = 2880, 32 x top 4), N = 2880,
+// us, row pairs or grouped / EXP: T = 1 18.2 / 20.1, 2 33.2 / 26.7, 4 58.0 / 47.2, 8 100.9 / 76.7; N =
+// 5760: T = 1 33.6 / 27.4, 8 186.9 / 134.8.
+inline int exp_min_t() {
+  static const int v = std::getenv("GGUF_KERNELS_FAST_EXP_MIN_T") ? env_knob("GGUF_KERNELS_FAST_EXP_MIN_T") : 2;
+  return v;
+}
 template <int T>
 cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cudaStream_t stream) {
   using L = FT<T>;
@@ -1389,6 +1498,24 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     // Q4_K 36.1 us grouped by expert, 31.5 here; ragged ones lost: Q6_K 49.8 against 57.1, gpt-oss-20b's
     // MXFP4 gate 101 against 112; same call, NOTES.md v17)
     const bool rag = !rows_fit<T>(K, ga.row_bytes);
+    if constexpr (T == MXFP4) {  // one x row a token and at most 8 tokens: units over the hit experts (EXP)
+      const int tokens = ga.x_div > 1 && P % ga.x_div == 0 ? P / ga.x_div : 0;
+      if (rag && tokens >= exp_min_t() && tokens <= 8 && ga.x_div <= 32 && P <= 64 && ga.n_experts < 1024 &&
+          ga.x_stride % 8 == 0 && rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)) {
+        FastArgs a = fast_args(ga, xt);
+        a.M = tokens;
+        a.ids = ga.ids; a.ids64 = ga.ids64; a.n_experts = ga.n_experts; a.P = P; a.x_div = ga.x_div; a.nx = tokens;
+        a.local = 0;
+        a.expert_bytes = ga.expert_bytes;
+        // the kernel's tables after the pairs' experts: first_of, hexp, hid, hmask, the count
+        const size_t tables = 4 * (size_t)(((P + 3) & ~3) + ((ga.n_experts + 4) & ~3) + 64 + 64 + 64 * 8 + 4);
+        const size_t fixed = tokens * stream_rec_stride<T, 8>(K) + tables;
+        const int units = std::min(ga.n_experts + 1, P) * ((N + 15) / 16);  // the most hits
+        const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 8, true>(a, units, fixed, stream)
+                                                : launch_stream<T, __half, true, 8, true>(a, units, fixed, stream);
+        if (e != cudaErrorNotSupported) return e;
+      }
+    }
     if (rag && (StreamRecs<T>::chunks(K) < min_chunks || !rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)))
       return cudaErrorNotSupported;
     if (ga.x_stride % 8 != 0) return cudaErrorNotSupported;
