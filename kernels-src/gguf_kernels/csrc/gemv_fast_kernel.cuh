@@ -1303,7 +1303,7 @@ inline int knob_ks() {
 // MT = 4 launch has at most 4 units an SM, and for the table types (MXFP4, IQ4_XS) everywhere. Same
 // call on the H200 (NOTES.md v18), plain / split, us: 14336 -> 4096 M = 4 Q4_K 29.0 / 21.4, Q8_0 32.4 /
 // 22.6, MXFP4 34.7 / 24.7; 4096 -> 1024 Q4_0 4.9 / 4.0; 4096 -> 14336 (1792 units) Q8_0 M = 3 18.7 /
-// 20.3, MXFP4 M = 4 21.3 / 19.2; M = 2 lost on 16 of 24 rows. GGUF_KERNELS_FAST_KS_MIN_M: the split
+// 20.3, MXFP4 M = 4 21.3 / 19.2; M = 2 lost on 19 of 24 rows. GGUF_KERNELS_FAST_KS_MIN_M: the split
 // from that M on, everywhere (A/B runs).
 template <int T>
 bool ks_first(int M, int N) {
