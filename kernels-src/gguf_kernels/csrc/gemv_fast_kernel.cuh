@@ -1477,13 +1477,16 @@ inline bool knob_local_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_LOCAL");
   return v;
 }
-// Fewest tokens of MoE pairs on units over the hit experts (EXP; GGUF_KERNELS_FAST_EXP_MIN_T, 9: off).
-// Same call on the H200 (NOTES.md v18), gpt-oss-20b's experts (MXFP4, K = 2880, 32 x top 4), N = 2880,
-// us, row pairs or grouped / EXP: T = 1 18.2 / 20.1, 2 33.2 / 26.7, 4 58.0 / 47.2, 8 100.9 / 76.7; N =
-// 5760: T = 1 33.6 / 27.4, 8 186.9 / 134.8.
-inline int exp_min_t() {
-  static const int v = std::getenv("GGUF_KERNELS_FAST_EXP_MIN_T") ? env_knob("GGUF_KERNELS_FAST_EXP_MIN_T") : 2;
-  return v;
+// Whether `tokens` tokens' MoE pairs run on units over the hit experts (EXP): from 2 tokens, and one
+// token whose pairs make at least 8 units an SM (GGUF_KERNELS_FAST_EXP_MIN_T: from that many tokens
+// only; 9: off). Same call on the H200 (NOTES.md v18), gpt-oss-20b's experts (MXFP4, K = 2880, 32 x
+// top 4), us, row pairs or grouped / EXP: N = 2880 (720 units at T = 1) T = 1 18.2 / 20.1, 2 33.2 /
+// 26.7, 4 58.0 / 47.2, 8 100.9 / 76.7; N = 5760 (the fused gate_up, 1440 units) T = 1 33.6 / 27.4, 8
+// 186.9 / 134.8.
+inline bool exp_takes(int tokens, int P, int N) {
+  static const int v = std::getenv("GGUF_KERNELS_FAST_EXP_MIN_T") ? env_knob("GGUF_KERNELS_FAST_EXP_MIN_T") : -1;
+  if (v >= 0) return tokens >= v;
+  return tokens >= 2 || (tokens == 1 && (int64_t)P * ((N + 15) / 16) >= 8 * (int64_t)num_sms());
 }
 template <int T>
 cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cudaStream_t stream) {
@@ -1500,7 +1503,7 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     const bool rag = !rows_fit<T>(K, ga.row_bytes);
     if constexpr (T == MXFP4) {  // one x row a token and at most 8 tokens: units over the hit experts (EXP)
       const int tokens = ga.x_div > 1 && P % ga.x_div == 0 ? P / ga.x_div : 0;
-      if (rag && tokens >= exp_min_t() && tokens <= 8 && ga.x_div <= 32 && P <= 64 && ga.n_experts < 1024 &&
+      if (rag && tokens >= 1 && tokens <= 8 && exp_takes(tokens, P, N) && ga.x_div <= 32 && P <= 64 && ga.n_experts < 1024 &&
           ga.x_stride % 8 == 0 && rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)) {
         FastArgs a = fast_args(ga, xt);
         a.M = tokens;
