@@ -182,17 +182,21 @@ static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M
 // warp that completes the count stores the slots. The warps of a CTA run here one after another, in
 // reverse order for odd b, so that the completing warp is sometimes the first. Each output must be
 // stored exactly once.
+// exp8: the MT = 8 form whatever M, as the MoE units over hit experts (EXP) run it on one expert whose
+// rows may be ragged: stage slot j < 8 holds the unit's row 2j, slot 8 + j row 2j + 1 (slot_row: a row
+// past the unit's last read as its first, or the row before it), so D rows g, g + 8 are rows 2g, 2g + 1.
 template <int T>
 static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M, float* out, int ctas = 0,
-                      int wpc = 0) {
+                      int wpc = 0, bool exp8 = false) {
   using L = FT<T>;
   using SR = StreamRecs<T>;
   const int GPC = L::CE / L::GS, STEPS = L::STEPS, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
   if (M < 1 || M > 8 || K % Traits<T>::BLOCK || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES) return 2;
   const bool rag = K % L::CE || rb % 16;
-  if (rag && (M > 1 || R < 2 || rb % 4 != (T == MXFP4 ? 2 : 0) || Traits<T>::BYTES % 16 == 0)) return 2;
-  const int MT = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : 8;
+  if (rag && ((M > 1 && !exp8) || R < 2 || rb % 4 != (T == MXFP4 ? 2 : 0) || Traits<T>::BYTES % 16 == 0)) return 2;
+  const int MT = exp8 || M > 4 ? 8 : M == 1 ? 1 : M == 2 ? 2 : 4;
   if (ctas > 0 && (MT == 1 || MT == 8 || rag || wpc < 1)) return 2;
+  const bool slots2 = rag && MT == 8;  // exp8's slot order
   const int CPS = 8 / MT, RPU = 2 * MT, RS = (CPS * L::CB + 15 + 15) / 16 * 16;
   const int nG = K / L::GS, nch = SR::chunks(K), nst = (nch + CPS - 1) / CPS;
   const size_t RB = MT == 8 ? stream_rec_stride<T, 8>(K) : stream_rec_stride<T, 1>(K);
@@ -213,7 +217,11 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
     const int c0 = CPS * s, nlive = nch - c0 < CPS ? nch - c0 : CPS;
     std::memset(st, 0xFF, (size_t)RPU * RS);
     for (int r = 0; r < RPU; ++r) {
-      const int row = row0 + r < R ? row0 + r : rag ? row0 - 1 : R - 1;  // (as the kernel: same parity)
+      int row = row0 + r < R ? row0 + r : rag ? row0 - 1 : R - 1;  // (as the kernel: same parity)
+      if (slots2) {
+        const int last = std::min(RPU - 1, R - 1 - row0), rr = r < 8 ? 2 * r : 2 * r - 15;
+        row = row0 + (rr <= last ? rr : r < 8 ? 0 : last >= 1 ? 1 : -1);
+      }
       const int64_t b0 = (int64_t)c0 * L::CB, start = (int64_t)row * rb + b0;
       const int64_t nb = std::min<int64_t>((int64_t)nlive * L::CB, rb - b0);  // bytes of the row
       mis[r] = rag || L::MIS ? (int)(start & 15) : 0;
@@ -281,7 +289,7 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
   const auto each_out = [&](int row0, auto&& f) {
     for (int lane = 0; lane < 32; ++lane) {
       if (lane & RED) continue;
-      const int g = lane >> 2, c = lane & 3, r0 = row0 + g / CPS, r1 = r0 + MT;
+      const int g = lane >> 2, c = lane & 3, r0 = row0 + (slots2 ? 2 * g : g / CPS), r1 = r0 + (slots2 ? 1 : MT);
       const int tok = MT == 8 ? 2 * c : (2 * c + (g & 1)) / CPS;
       for (int e = 0; e < (MT == 8 ? 2 : 1); ++e)
         if (tok + e < M) f(r0, r1, tok + e, MT == 8 ? acc[lane][e] : acc[lane][0], MT == 8 ? acc[lane][2 + e] : acc[lane][1]);
@@ -446,6 +454,11 @@ extern "C" int fast_matmul_stream_one(int t, const uint8_t* w, int R, long long 
 extern "C" int fast_matmul_stream(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M,
                                   float* out, int ctas, int wpc) {
   return with_fast_type(t, 1, [&](auto T) { return run_stream<decltype(T)::value>(w, R, rb, K, x, M, out, ctas, wpc); });
+}
+
+extern "C" int fast_matmul_stream_exp(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M,
+                                      float* out) {
+  return with_fast_type(t, 1, [&](auto T) { return run_stream<decltype(T)::value>(w, R, rb, K, x, M, out, 0, 0, true); });
 }
 
 extern "C" int fast_matmul(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M, float* out,

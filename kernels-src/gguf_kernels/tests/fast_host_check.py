@@ -103,6 +103,21 @@ def main():
             for M in (1, 2, 3, 4, 5, 8) if aligned else (1,):
                 x = wide_x(rng, M, K)
                 bad += not check_stream(lib, name, packed, w, K, x, R, f"{name:7s} K={K:5d} M={M} stream")
+    # the MT = 8 form over ragged rows in EXP's slot order (MoE units over hit experts, one expert here):
+    # MXFP4 K = 2880 and 1600 (rows of 4k + 2 bytes, a short zero-filled last chunk), M = 2, 5, 8, and R
+    # = 37, 17, 3 (last units of 5, 1 and 3 rows: slots past them read the unit's first row, its second or the one
+    # before); a slot order that mixed the parities would fail the alignment check
+    for K in (2880, 1600):
+        for R in (37, 17, 3):
+            packed, w = random_rows("MXFP4", R, K, rng)
+            for M in (2, 5, 8):
+                x = wide_x(rng, M, K)
+                out = np.full((M, R), np.nan, np.float32)
+                rc = lib.fast_matmul_stream_exp(int(QT["MXFP4"]), packed.ctypes.data_as(ctypes.c_void_p), R,
+                                                ctypes.c_longlong(packed.shape[1]), K,
+                                                np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
+                                                M, out.ctypes.data_as(ctypes.c_void_p))
+                bad += not report(f"MXFP4   K={K:5d} M={M} R={R} exp8", rc, out, x, w)
     # gemv_stream_kernel's split launch (M = 2..4): CTAs of a few warps splitting their units' stages,
     # so units are cut between up to 8 warps, CTAs own unequal numbers of units, some warps have no
     # stage (3 CTAs x 16 warps), the warp that completes a unit is not always the last one in order,
