@@ -170,8 +170,8 @@ static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M
 // for M = 1, 2, 3..4, 5..8; a unit is RPU = 2 MT rows, a stage CPS = 8 / MT chunks of each. Lane (g, c),
 // rho = g / CPS, kap = g % CPS, decodes rows rho, rho + MT at chunk kap; B column g is token rho's
 // chunk kap; the products where the chunks agree are kept and summed over the lanes of one (row, token).
-// Records: StreamRecs per token, stream_rec_stride apart (tokens >= M, and a short last chunk's padding:
-// zeros). Lanes past a short last stage decode its first chunk and keep nothing; rows past R are read
+// Records: StreamRecs per token, stream_rec_stride apart (a short last chunk's padding: zeros; tokens >=
+// M: none, NaN bytes). Lanes past a short last stage decode its first chunk and keep nothing; rows past R are read
 // as row R - 1 and not stored. Stages as the kernel's copies leave them, the rows' base taken 16-byte
 // aligned: Q6_K's from the 16-byte boundary below the stage; ragged rows (M = 1, rows_rag) each at its
 // own offset, zero-filled past the row's end to the end of the stage's chunks; bytes no copy writes
@@ -200,11 +200,13 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
   const int CPS = 8 / MT, RPU = 2 * MT, RS = (CPS * L::CB + 15 + 15) / 16 * 16;
   const int nG = K / L::GS, nch = SR::chunks(K), nst = (nch + CPS - 1) / CPS;
   const size_t RB = MT == 8 ? stream_rec_stride<T, 8>(K) : stream_rec_stride<T, 1>(K);
-  std::vector<uint8_t> recs(MT * RB, 0xCD);
+  // tokens past M have no records at all (the kernel builds none for them; their columns are never
+  // stored): 0xFF, NaN as fp16 and fp32, so that a read of them reaching an output shows
+  std::vector<uint8_t> recs(MT * RB, 0xFF);
   const std::vector<float> zeros(L::GS, 0.f);
-  for (int t = 0; t < MT; ++t)
+  for (int t = 0; t < M; ++t)
     for (int G = 0; G < nch * GPC; ++G)
-      SR::group(t < M && G < nG ? x + (size_t)t * K + (size_t)G * L::GS : zeros.data(), G, K,
+      SR::group(G < nG ? x + (size_t)t * K + (size_t)G * L::GS : zeros.data(), G, K,
                 recs.data() + stream_rec_off(t, RB, MT));
   const uint8_t* srecs = recs.data() + (size_t)nch * SR::bstride();  // token 0's {sigma, -beta, ., ., S}
   std::vector<uint8_t> stage_mem(RPU * RS + 16);
