@@ -88,6 +88,14 @@ struct FastArgs {
   int64_t expert_bytes, x_stride;
 };
 
+// gemv_stream_kernel's MoE tables in shared memory, in ints: the pairs' experts (sid, padded), then for
+// the units over hit experts (EXP) a pair's entry in first_of (expert + 1: the lowest pair with that
+// expert), the hit experts (64), each first pair's hit index (64), the slots of each (hit, token) (64 x 8),
+// the hit count.
+GQ_HD constexpr int exp_sid_ints(int P) { return (P + 3) & ~3; }
+GQ_HD constexpr int exp_first_of_ints(int E) { return (E + 4) & ~3; }
+GQ_HD constexpr int exp_table_ints(int P, int E) { return exp_sid_ints(P) + exp_first_of_ints(E) + 64 + 64 + 64 * 8 + 4; }
+
 // Row stride of a stage holding U chunks: a multiple of 16 with an odd number of 16-byte units, so
 // the 8 rows g (stride RS/4 words = 4 mod 8) and 4 lanes c hit 32 different banks.
 template <int T>
@@ -358,10 +366,9 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   uint8_t* recs = smem;
   uint8_t* buf = recs + nx * RB + (size_t)warp * S * STAGE;
   int* sid = reinterpret_cast<int*>(recs + nx * RB + (size_t)WPC * S * STAGE);  // MOE: experts
-  // EXP: after the pairs' experts, a pair's entry in first_of (expert + 1: the lowest pair with that
-  // expert), the hit experts, each first pair's hit index, the slots of each (hit, token), the hit count
-  int* first_of = sid + ((a.P + 3) & ~3);
-  int* hexp = first_of + ((a.n_experts + 4) & ~3);
+  // EXP: the tables of exp_table_ints after the pairs' experts
+  int* first_of = sid + exp_sid_ints(a.P);
+  int* hexp = first_of + exp_first_of_ints(a.n_experts);
   int* hid = hexp + 64;
   uint32_t* hmask = reinterpret_cast<uint32_t*>(hid + 64);
   int* nhit = reinterpret_cast<int*>(hmask + 64 * 8);
@@ -1379,12 +1386,13 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   }
   return cudaErrorNotSupported;
 }
-// The dense GemvArgs as FastArgs.
+// GemvArgs as FastArgs (MoE: the pairs' fields too; P, nx and local are the launch's to set).
 inline FastArgs fast_args(const GemvArgs& ga, DType xt) {
   FastArgs a = {};
   a.w = ga.w; a.row_bytes = ga.row_bytes; a.N = ga.N; a.K = ga.K; a.M = ga.M; a.x = ga.x; a.x_stride = ga.x_stride;
   a.out = ga.out; a.out_stride = ga.out_stride;
   a.out_bf16 = xt == DType::BF16;
+  a.ids = ga.ids; a.ids64 = ga.ids64; a.n_experts = ga.n_experts; a.x_div = ga.x_div; a.expert_bytes = ga.expert_bytes;
   return a;
 }
 // gemv_stream_kernel for a dense matmul, no scratch; cudaErrorNotSupported when it does not take the case.
@@ -1506,13 +1514,9 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
       if (rag && tokens >= 1 && tokens <= 8 && exp_takes(tokens, P, N) && ga.x_div <= 32 && P <= 64 && ga.n_experts < 1024 &&
           ga.x_stride % 8 == 0 && rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)) {
         FastArgs a = fast_args(ga, xt);
-        a.M = tokens;
-        a.ids = ga.ids; a.ids64 = ga.ids64; a.n_experts = ga.n_experts; a.P = P; a.x_div = ga.x_div; a.nx = tokens;
-        a.local = 0;
-        a.expert_bytes = ga.expert_bytes;
-        // the kernel's tables after the pairs' experts: first_of, hexp, hid, hmask, the count
-        const size_t tables = 4 * (size_t)(((P + 3) & ~3) + ((ga.n_experts + 4) & ~3) + 64 + 64 + 64 * 8 + 4);
-        const size_t fixed = tokens * stream_rec_stride<T, 8>(K) + tables;
+        a.M = a.nx = tokens;
+        a.P = P;
+        const size_t fixed = tokens * stream_rec_stride<T, 8>(K) + 4 * (size_t)exp_table_ints(P, ga.n_experts);
         const int units = std::min(ga.n_experts + 1, P) * ((N + 15) / 16);  // the most hits
         const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 8, true>(a, units, fixed, stream)
                                                 : launch_stream<T, __half, true, 8, true>(a, units, fixed, stream);
@@ -1532,9 +1536,9 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     if (recs > (rag ? kMoeRagRecBytes : kMoeRecBytes)) return cudaErrorNotSupported;
     FastArgs a = fast_args(ga, xt);
     a.M = 1;
-    a.ids = ga.ids; a.ids64 = ga.ids64; a.n_experts = ga.n_experts; a.P = P; a.x_div = ga.x_div; a.nx = nx;
+    a.P = P;
+    a.nx = nx;
     a.local = local;
-    a.expert_bytes = ga.expert_bytes;
     const size_t fixed = recs + ((size_t)P * 4 + 15) / 16 * 16;
     if constexpr (may_rag<T>()) {
       if (rag) {
