@@ -208,10 +208,10 @@ template <> struct FT<MXFP4> : FTLut {
       const uint32_t w = ldw_c(b + 1 + 4 * c, j + 1), w8 = ldw_c(b8 + 1 + 4 * c, j + 1 + AL8);
       uint32_t A[2][4];
       lut_pairs(w, w8, FP4U_T0, FP4U_T1, FP4U_T2, FP4U_T3, A);
-      f(j, A, e8m0_half(b[0]), e8m0_half(b8[0]), 0.f, 0.f);
+      f(j, A, e8m0(b[0]), e8m0(b8[0]), 0.f, 0.f);
     }
   }
-  static GQ_HD void scale(const uint8_t* ch, int G, float& s, float& o) { s = e8m0_half(ch[17 * G]); o = 0.f; }
+  static GQ_HD void scale(const uint8_t* ch, int G, float& s, float& o) { s = e8m0(ch[17 * G]); o = 0.f; }
 };
 
 template <> struct FT<IQ4_XS> : FTLut {
@@ -430,9 +430,11 @@ template <int T> struct Prep {
           }
           rec[(c * L::STEPS + st) * 2 + r] = word;
         }
+    // MXFP4's decoders scale by ggml_e8m0_to_fp32 (twice the doubled table's scale): halved here, exactly
+    constexpr float H = T == MXFP4 ? 0.5f : 1.f;
     float* sb = reinterpret_cast<float*>(xs + (size_t)G * gr(M));
-    sb[2 * t] = sigma;
-    sb[2 * t + 1] = -beta;
+    sb[2 * t] = sigma * H;
+    sb[2 * t + 1] = -beta * H;
     if (L::HAS_MIN) sb[4 * ((M + 1) / 2) + t] = S;
     if ((M & 1) && t == M - 1) {  // the pad token of the last pair
       sb[2 * t + 2] = 0.f;

@@ -448,11 +448,13 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   int is = split ? j0 % nst : 0, ip = split ? j0 / nst : ufirst, ii = 0;
   const uint8_t* iw = wbase();
   int ilast = 0;  // last row of the unit that exists, counted from its first
+  const uint8_t* irow = iw;  // RAG, MT = 8: the row of the lane's copy slot
   auto issue = [&](int st) {
     if (ii < total) {
       if (is == 0 || ii == 0) {
         iw = rows_of(ip);
         ilast = min(RPU - 1, N - 1 - RPU * (MOE ? ip % hN : ip));  // dense: ip < units = hN
+        if constexpr (RAG && MT == 8) irow = iw + (int64_t)slot_row(lane >> 1, ilast) * a.row_bytes;
       }
       const int b0 = CPS * is * L::CB, mis = L::MIS ? b0 & 15 : 0;
       const int nc = min(CPS, nch - CPS * is);
@@ -460,19 +462,19 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       const uint8_t* s0 = iw + (b0 - mis);
       uint8_t* d = buf + st * STAGE;
       constexpr int NPF = stream_rs<T, MT, RAG>() / 16;  // pieces per row of a full stage: a fixed trip count
-      if constexpr (RAG && MT == 8) {  // as below, 16 rows in slot_row's order, a stage one chunk
-        const int nb = (int)min((int64_t)L::CB, a.row_bytes - b0);
+      if constexpr (RAG && MT == 8) {  // as below, 16 rows in slot_row's order, a stage one chunk: lanes
+                                       // 2j, 2j + 1 copy slot j's even and odd pieces, so each lane's row
+                                       // (irow) is set once a unit and its pieces are fixed offsets
+        const uintptr_t a0 = (uintptr_t)(irow + b0);
+        const int m = (int)(a0 & 15), h = lane & 1;
+        const int v = m + (int)min((int64_t)L::CB, a.row_bytes - b0) - 16 * h;  // row bytes from piece h on
+        const uint8_t* p0 = reinterpret_cast<const uint8_t*>(a0 - m);
+        uint8_t* dj = d + (lane >> 1) * RS + 16 * h;
 #pragma unroll
-        for (int k = 0; k < (RPU * NPF + 31) / 32; ++k) {
-          const int q = lane + 32 * k, j = q / NPF, pc = q - j * NPF;
-          if (j < RPU) {
-            const uintptr_t a0 = (uintptr_t)(iw + (int64_t)slot_row(j, ilast) * a.row_bytes + b0);
-            const int m = (int)(a0 & 15), v = m + nb - 16 * pc;
-            const uint8_t* p0 = reinterpret_cast<const uint8_t*>(a0 - m);
-            if (pc < (m + L::CB + 15) >> 4) {
-              if (v >= 16) cp16(d + j * RS + 16 * pc, p0 + 16 * pc);
-              else cp16z(d + j * RS + 16 * pc, p0 + (v > 0 ? 16 * pc : 0), max(v, 0));
-            }
+        for (int k = 0; k < (NPF + 1) / 2; ++k) {
+          if (2 * k + h < (m + L::CB + 15) >> 4) {
+            if (v - 32 * k >= 16) cp16(dj + 32 * k, p0 + 16 * h + 32 * k);
+            else cp16z(dj + 32 * k, p0 + (v > 32 * k ? 16 * h + 32 * k : 0), max(v - 32 * k, 0));
           }
         }
       } else if constexpr (RAG) {  // each row from the 16-byte boundary below its stage, up to the row's end;
