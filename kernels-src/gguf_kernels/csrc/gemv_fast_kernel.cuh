@@ -448,13 +448,14 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   int is = split ? j0 % nst : 0, ip = split ? j0 / nst : ufirst, ii = 0;
   const uint8_t* iw = wbase();
   int ilast = 0;  // last row of the unit that exists, counted from its first
-  const uint8_t* irow = iw;  // RAG, MT = 8: the row of the lane's copy slot
+  const uint8_t* irow = iw;  // RAG, MT = 8, and MT = 2 (not ONE): the row the lane copies
   auto issue = [&](int st) {
     if (ii < total) {
       if (is == 0 || ii == 0) {
         iw = rows_of(ip);
         ilast = min(RPU - 1, N - 1 - RPU * (MOE ? ip % hN : ip));  // dense: ip < units = hN
         if constexpr (RAG && MT == 8) irow = iw + (int64_t)slot_row(lane >> 1, ilast) * a.row_bytes;
+        else if constexpr (!RAG && MT == 2 && !ONE) irow = iw + (int64_t)min(lane >> 3, ilast) * a.row_bytes;
       }
       const int b0 = CPS * is * L::CB, mis = L::MIS ? b0 & 15 : 0;
       const int nc = min(CPS, nch - CPS * is);
@@ -519,6 +520,15 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
             for (int r = 0; r < 4; ++r) cp16(d + r * RS + 16 * pc, sr[r] + 16 * pc);
           }
         }
+      } else if constexpr (MT == 2) {  // 8 lanes a row (its pointer set once a unit), lane h of them pieces
+                                       // h, h + 8, ...: M = 2 -4..-8% against the form below (NOTES.md v19),
+                                       // which MT = 4 and 8 keep (their 2-4 lanes a row lost up to 47%)
+        const int h = lane & 7;
+        const uint8_t* src = irow + (b0 - mis) + 16 * h;
+        uint8_t* dst = d + (lane >> 3) * RS + 16 * h;
+#pragma unroll
+        for (int k = 0; k < (NPF + 7) / 8; ++k)
+          if (h + 8 * k < nP) cp16(dst + 128 * k, src + 128 * k);
       } else {
 #pragma unroll
         for (int k = 0; k < (RPU * NPF + 31) / 32; ++k) {
