@@ -448,7 +448,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   int is = split ? j0 % nst : 0, ip = split ? j0 / nst : ufirst, ii = 0;
   const uint8_t* iw = wbase();
   int ilast = 0;  // last row of the unit that exists, counted from its first
-  const uint8_t* irow = iw;  // RAG, MT = 8, and MT = 2 (not ONE): the row the lane copies
+  const uint8_t* irow = iw;  // the row the lane copies: EXP (RAG, MT = 8) and the MT = 2 form (not ONE)
   auto issue = [&](int st) {
     if (ii < total) {
       if (is == 0 || ii == 0) {

@@ -105,8 +105,9 @@ GQ_HD uint32_t iq4_codes(uint32_t q) { return lut16(q, IQ4_T0, IQ4_T1, IQ4_T2, I
 GQ_HD float e8m0_half(uint32_t e) {
   return as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
 }
-// ggml_e8m0_to_fp32: 2^(e-127), e = 0 the subnormal 2^-127 (e = 255 is inf, as there); two operations
-// where e8m0_half takes five, so the fast decoders take it and halve their activations' records.
+// ggml_e8m0_to_fp32: 2^(e-127), e = 0 the subnormal 2^-127; twice e8m0_half exactly for e < 255 (255,
+// NaN in the OCP MX spec, is inf here where e8m0_half gives 2^127). Two operations where e8m0_half
+// takes five, so the fast decoders take it and halve their activations' records.
 GQ_HD float e8m0(uint32_t e) {
   const uint32_t b = e << 23;
   return as_float(b > 0x00400000u ? b : 0x00400000u);
