@@ -26,6 +26,12 @@ __device__ __forceinline__ void cp16z(void* smem, const void* gmem, int n) {
   const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
+// The 16-byte piece at row + off of a ragged row, holding n bytes of the row (any n): whole, zero-filled
+// past them, or all zeros, reading nothing (`row`, inside the row, then stands in for the source)
+__device__ __forceinline__ void cp16_part(void* smem, const uint8_t* row, int off, int n) {
+  if (n >= 16) cp16(smem, row + off);
+  else cp16z(smem, row + (n > 0 ? off : 0), max(n, 0));
+}
 __device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void wait_n() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 __device__ __forceinline__ void wait_stages(int S) {  // S - 2 groups may stay in flight
@@ -473,10 +479,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
         uint8_t* dj = d + (lane >> 1) * RS + 16 * h;
 #pragma unroll
         for (int k = 0; k < (NPF + 1) / 2; ++k) {
-          if (2 * k + h < (m + L::CB + 15) >> 4) {
-            if (v - 32 * k >= 16) cp16(dj + 32 * k, p0 + 16 * h + 32 * k);
-            else cp16z(dj + 32 * k, p0 + (v > 32 * k ? 16 * h + 32 * k : 0), max(v - 32 * k, 0));
-          }
+          if (2 * k + h < (m + L::CB + 15) >> 4) cp16_part(dj + 32 * k, p0, 16 * h + 32 * k, v - 32 * k);
         }
       } else if constexpr (RAG) {  // each row from the 16-byte boundary below its stage, up to the row's end;
                                    // a missing second row reads the row before (N >= 2): same alignment as an odd row
@@ -489,14 +492,8 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
         for (int k = 0; k < (NPF + 31) / 32; ++k) {
           const int pc = lane + 32 * k;
           const int v0 = m0 + nb - 16 * pc, v1 = m1 + nb - 16 * pc;  // bytes of the row in piece pc
-          if (pc < (m0 + nc * L::CB + 15) >> 4) {
-            if (v0 >= 16) cp16(d + 16 * pc, p0 + 16 * pc);
-            else cp16z(d + 16 * pc, p0 + (v0 > 0 ? 16 * pc : 0), max(v0, 0));
-          }
-          if (pc < (m1 + nc * L::CB + 15) >> 4) {
-            if (v1 >= 16) cp16(d + RS + 16 * pc, p1 + 16 * pc);
-            else cp16z(d + RS + 16 * pc, p1 + (v1 > 0 ? 16 * pc : 0), max(v1, 0));
-          }
+          if (pc < (m0 + nc * L::CB + 15) >> 4) cp16_part(d + 16 * pc, p0, 16 * pc, v0);
+          if (pc < (m1 + nc * L::CB + 15) >> 4) cp16_part(d + RS + 16 * pc, p1, 16 * pc, v1);
         }
       } else if constexpr (MT == 1) {  // the measured M = 1 form (NOTES.md v7): two cp.async per piece, no row index
         const uint8_t* s1 = s0 + (ilast > 0 ? a.row_bytes : 0);
