@@ -1,0 +1,40 @@
+"""Per-opcode instruction counts and stall samples from ncu's source page:
+
+    ncu -i rep.ncu-rep --page source --csv --print-source sass > rep.csv
+    python benchmarks/ncu_source_mix.py rep.csv [more.csv ...]
+
+prints each file's warp instructions by opcode (share of all, share of the stall samples) and the
+stall reasons over 2% of the samples (NOTES.md v20)."""
+import collections
+import csv
+import re
+import sys
+
+
+def summarize(path: str, top: int = 16) -> None:
+    rows = list(csv.reader(open(path)))
+    head = next(r for r in rows if "Source" in r)
+    body = rows[rows.index(head) + 1:]
+    i_src, i_ex = head.index("Source"), head.index("Instructions Executed")
+    i_st = head.index("Warp Stall Sampling (All Samples)")
+    reasons = [i for i, h in enumerate(head) if h.startswith("stall_") and "Not Issued" not in h]
+    ops, stalls, why = collections.Counter(), collections.Counter(), collections.Counter()
+    for r in body:
+        if len(r) <= max(i_ex, i_st) or not r[i_ex].isdigit():
+            continue
+        op = re.sub(r"^@!?U?P\w+\s+", "", r[i_src].strip()).split(" ")[0].split(".")[0]
+        ops[op] += int(r[i_ex])
+        stalls[op] += int(r[i_st] or 0)
+        for i in reasons:
+            why[head[i][6:]] += int(r[i] or 0) if r[i].isdigit() else 0
+    n, s = sum(ops.values()), max(1, sum(stalls.values()))
+    print(f"== {path}: {n} warp instructions, {s} stall samples")
+    for op, c in ops.most_common(top):
+        print(f"  {op:10s} {c:10d} {100 * c / n:5.1f}%   stalls {100 * stalls[op] / s:5.1f}%")
+    w = max(1, sum(why.values()))
+    print("  stalls: " + ", ".join(f"{k} {100 * v / w:.0f}%" for k, v in why.most_common() if v > 0.02 * w))
+
+
+if __name__ == "__main__":
+    for p in sys.argv[1:]:
+        summarize(p)
