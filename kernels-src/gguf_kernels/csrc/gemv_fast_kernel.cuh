@@ -872,9 +872,10 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
 
 // ---- launch --------------------------------------------------------------------------------------
 
-inline int env_knob(const char* name) {
+// An integer knob from the environment: its value, or `unset` when it is not set.
+inline int env_knob(const char* name, int unset = 0) {
   const char* v = std::getenv(name);
-  return v ? std::atoi(v) : 0;
+  return v ? std::atoi(v) : unset;
 }
 // A default-on path's switch: off when `name` is set to 0.
 inline bool env_off(const char* name) { return std::getenv(name) && !env_knob(name); }
@@ -1294,7 +1295,7 @@ cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream
 // scratch_bytes() > 0.
 inline int knob_tile() { static const int v = env_knob("GGUF_KERNELS_FAST_TILE"); return v; }
 inline int stream_max_m() {
-  static const int v = std::getenv("GGUF_KERNELS_FAST_STREAM_MAX_M") ? env_knob("GGUF_KERNELS_FAST_STREAM_MAX_M") : 8;
+  static const int v = env_knob("GGUF_KERNELS_FAST_STREAM_MAX_M", 8);
   return v;
 }
 template <int T, int MT, bool RAG = false>
@@ -1312,7 +1313,7 @@ cudaError_t launch_stream_dense(const FastArgs& a, DType xt, cudaStream_t stream
 // CTA (one CTA an SM, one wave of clusters), whose slices are whole chunks and 16-byte runs of every row
 // (so not Q6_K's 420-byte chunks). GGUF_KERNELS_FAST_KS: 0 off, 2 / 4 / 8 that Z wherever it fits.
 inline int knob_ks() {
-  static const int v = std::getenv("GGUF_KERNELS_FAST_KS") ? env_knob("GGUF_KERNELS_FAST_KS") : -1;
+  static const int v = env_knob("GGUF_KERNELS_FAST_KS", -1);
   return v;
 }
 // Whether M tokens try the K split before the plain launch: M = 5..8 always; M = 3, 4 where the plain
@@ -1323,7 +1324,7 @@ inline int knob_ks() {
 // from that M on, everywhere (A/B runs).
 template <int T>
 bool ks_first(int M, int N) {
-  static const int v = std::getenv("GGUF_KERNELS_FAST_KS_MIN_M") ? env_knob("GGUF_KERNELS_FAST_KS_MIN_M") : -1;
+  static const int v = env_knob("GGUF_KERNELS_FAST_KS_MIN_M", -1);
   if (v >= 0) return M >= v;
   return M >= 5 || (M >= 3 && ((N + 7) / 8 <= 4 * num_sms() || T == MXFP4 || T == IQ4_XS));
 }
@@ -1501,7 +1502,7 @@ inline bool knob_local_off() {
 // 26.7, 4 58.0 / 47.2, 8 100.9 / 76.7; N = 5760 (the fused gate_up, 1440 units) T = 1 33.6 / 27.4, 8
 // 186.9 / 134.8.
 inline bool exp_takes(int tokens, int P, int N) {
-  static const int v = std::getenv("GGUF_KERNELS_FAST_EXP_MIN_T") ? env_knob("GGUF_KERNELS_FAST_EXP_MIN_T") : -1;
+  static const int v = env_knob("GGUF_KERNELS_FAST_EXP_MIN_T", -1);
   if (v >= 0) return tokens >= v;
   return tokens >= 2 || (tokens == 1 && (int64_t)P * ((N + 15) / 16) >= 8 * (int64_t)num_sms());
 }

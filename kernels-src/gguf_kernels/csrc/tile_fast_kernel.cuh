@@ -159,8 +159,7 @@ constexpr bool tile_fast_type() {
 // to 64, for A/B runs).
 template <int T>
 int tile_fast_max_m() {
-  static const int v =
-      std::getenv("GGUF_KERNELS_TILE_FAST_MAX_M") ? std::min(64, env_knob("GGUF_KERNELS_TILE_FAST_MAX_M")) : -1;
+  static const int v = std::min(64, env_knob("GGUF_KERNELS_TILE_FAST_MAX_M", -1));
   return v >= 0 ? v : (T == IQ4_XS ? 16 : 32);
 }
 // Experiment knobs (0 = automatic): GGUF_KERNELS_TF_NT (token groups a tile: 2 or 4), _Z (K splits),
