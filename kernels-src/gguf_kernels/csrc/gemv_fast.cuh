@@ -479,6 +479,16 @@ GQ_HD size_t stream_rec_off(int xr, size_t RB, int MT) {
   return xr * RB + (MT == 8 ? 64 * (xr & 1) + 16 * (xr >> 1) : 0);
 }
 
+// gemv_stream_kernel's ragged MT = 8 stages (MoE units over hit experts): the unit's row that stage slot
+// j holds, slot j < 8 row 2j and slot 8 + j row 2j + 1, so that each lane's two rows (A rows g, g + 8)
+// start 0 and 2 bytes past 4-byte alignment (rows of 4k + 2 bytes, the unit's first row even), as
+// chunk_ragged reads them; a row past the unit's last (`last`) is read as its first row, or the row
+// before it (N >= 2), of the same parity
+GQ_HD int slot_row(int j, int last) {
+  const int r = j < 8 ? 2 * j : 2 * j - 15;
+  return r <= last ? r : j < 8 ? 0 : last >= 1 ? 1 : -1;
+}
+
 // Floats per unit of gemv_stream_kernel's split sums (MT = 2, 4): 2 MT rows x MT tokens, then the
 // stage count.
 GQ_HD constexpr int split_slot(int MT) { return 2 * MT * MT + 1; }

@@ -441,14 +441,6 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     return w + (int64_t)(RPU * rp) * a.row_bytes;
   };
 
-  // RAG, MT = 8: slot j < 8 of a stage holds the unit's row 2j, slot 8 + j row 2j + 1, so that each lane's
-  // two rows (A rows g, g + 8) start 0 and 2 bytes past 4-byte alignment (rows of 4k + 2 bytes, the unit's
-  // first row even), as chunk_ragged reads them; a row past the unit's last (`last`) is read as its first
-  // row, or the row before it (N >= 2), of the same parity
-  const auto slot_row = [](int j, int last) {
-    const int r = j < 8 ? 2 * j : 2 * j - 15;
-    return r <= last ? r : j < 8 ? 0 : last >= 1 ? 1 : -1;
-  };
   // the warp's stages in order (unit gw + j * GW, chunks CPS * s ...; split: from stage j0 on), the
   // next one into buffer `st`: each warp-wide cp.async covers 512 contiguous bytes of one row
   int is = split ? j0 % nst : 0, ip = split ? j0 / nst : ufirst, ii = 0;

@@ -220,10 +220,7 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
     std::memset(st, 0xFF, (size_t)RPU * RS);
     for (int r = 0; r < RPU; ++r) {
       int row = row0 + r < R ? row0 + r : rag ? row0 - 1 : R - 1;  // (as the kernel: same parity)
-      if (slots2) {
-        const int last = std::min(RPU - 1, R - 1 - row0), rr = r < 8 ? 2 * r : 2 * r - 15;
-        row = row0 + (rr <= last ? rr : r < 8 ? 0 : last >= 1 ? 1 : -1);
-      }
+      if (slots2) row = row0 + slot_row(r, std::min(RPU - 1, R - 1 - row0));
       const int64_t b0 = (int64_t)c0 * L::CB, start = (int64_t)row * rb + b0;
       const int64_t nb = std::min<int64_t>((int64_t)nlive * L::CB, rb - b0);  // bytes of the row
       mis[r] = rag || L::MIS ? (int)(start & 15) : 0;
