@@ -451,13 +451,10 @@ extern "C" int fast_matmul_stream_one(int t, const uint8_t* w, int R, long long 
 }
 
 extern "C" int fast_matmul_stream(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M,
-                                  float* out, int ctas, int wpc) {
-  return with_fast_type(t, 1, [&](auto T) { return run_stream<decltype(T)::value>(w, R, rb, K, x, M, out, ctas, wpc); });
-}
-
-extern "C" int fast_matmul_stream_exp(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M,
-                                      float* out) {
-  return with_fast_type(t, 1, [&](auto T) { return run_stream<decltype(T)::value>(w, R, rb, K, x, M, out, 0, 0, true); });
+                                  float* out, int ctas, int wpc, int exp8) {
+  return with_fast_type(t, 1, [&](auto T) {
+    return run_stream<decltype(T)::value>(w, R, rb, K, x, M, out, ctas, wpc, exp8 != 0);
+  });
 }
 
 extern "C" int fast_matmul(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M, float* out,

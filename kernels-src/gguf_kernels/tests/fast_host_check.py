@@ -59,14 +59,15 @@ def report(label, rc, out, x, w):
     return ok
 
 
-def check_stream(lib, name, packed, w, K, x, R, label, ctas=0, wpc=0):
-    """fast_matmul_stream (ctas > 0: its split launch) against gguf-py."""
+def check_stream(lib, name, packed, w, K, x, R, label, ctas=0, wpc=0, exp8=False):
+    """fast_matmul_stream (ctas > 0: its split launch; exp8: the MT = 8 form in EXP's slot order)
+    against gguf-py."""
     M = x.shape[0]
     out = np.full((M, R), np.nan, np.float32)
     rc = lib.fast_matmul_stream(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
                                 ctypes.c_longlong(packed.shape[1]), K,
                                 np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
-                                M, out.ctypes.data_as(ctypes.c_void_p), ctas, wpc)
+                                M, out.ctypes.data_as(ctypes.c_void_p), ctas, wpc, int(exp8))
     return report(label, rc, out, x, w)
 
 
@@ -112,12 +113,7 @@ def main():
             packed, w = random_rows("MXFP4", R, K, rng)
             for M in (2, 5, 8):
                 x = wide_x(rng, M, K)
-                out = np.full((M, R), np.nan, np.float32)
-                rc = lib.fast_matmul_stream_exp(int(QT["MXFP4"]), packed.ctypes.data_as(ctypes.c_void_p), R,
-                                                ctypes.c_longlong(packed.shape[1]), K,
-                                                np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
-                                                M, out.ctypes.data_as(ctypes.c_void_p))
-                bad += not report(f"MXFP4   K={K:5d} M={M} R={R} exp8", rc, out, x, w)
+                bad += not check_stream(lib, "MXFP4", packed, w, K, x, R, f"MXFP4   K={K:5d} M={M} R={R} exp8", exp8=True)
     # gemv_stream_kernel's split launch (M = 2..4): CTAs of a few warps splitting their units' stages,
     # so units are cut between up to 8 warps, CTAs own unequal numbers of units, some warps have no
     # stage (3 CTAs x 16 warps), the warp that completes a unit is not always the last one in order,
