@@ -100,8 +100,6 @@ GQ_HD void lut8(uint32_t w, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3, 
 }
 // kvalues_iq4nl + 128
 constexpr uint32_t IQ4U_T0 = 0x3F2D1801u, IQ4U_T1 = 0x766A5D4Fu, IQ4U_T2 = 0xA6998D81u, IQ4U_T3 = 0xF1D9C5B5u;
-// kvalues_mxfp4 (doubled e2m1) + 128: {128,129,130,131,132,134,136,140,128,127,126,125,124,122,120,116}
-constexpr uint32_t FP4U_T0 = 0x83828180u, FP4U_T1 = 0x8C888684u, FP4U_T2 = 0x7D7E7F80u, FP4U_T3 = 0x74787A7Cu;
 
 // ---- per-type layout ----------------------------------------------------------------------------
 // CE: elements per chunk per row; CB: bytes per chunk per row; RS: shared-memory row stride;
@@ -178,7 +176,7 @@ GQ_HD void lut_pairs(uint32_t w, uint32_t w8, uint32_t t0, uint32_t t1, uint32_t
   A[1][0] = byte_lo(c1); A[1][1] = byte_lo(d1); A[1][2] = byte_hi(c1); A[1][3] = byte_hi(d1);
 }
 
-// MXFP4 and IQ4_XS: 4-bit codes through a 16-entry table, 512 elements (272 bytes) per chunk.
+// IQ4_XS: 4-bit codes through a 16-entry table, 512 elements (272 bytes) per chunk.
 struct FTLut {
   static constexpr bool OK = true, HAS_MIN = false, MIS = false;
   static constexpr int CE = 512, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 128;
@@ -198,7 +196,26 @@ GQ_HD uint32_t ldw_c(const uint8_t* p, int a) {
   }
 }
 
-template <> struct FT<MXFP4> : FTLut {
+// MXFP4 without a table (OCP MX e2m1 codes, ggml's block_mxfp4: one E8M0 byte, 16 bytes of nibbles,
+// element j the low nibble of byte j, element 16 + j its high one): (n & 7) << 9 | (n & 8) << 12 is
+// the fp16 of e2m1(n) x 2^-14 exactly (e2m1's 2-bit exponent and mantissa bit under fp16's, subnormal
+// where e2m1's is, the sign in place), so the tensor core gets the values themselves: no 1024 offset,
+// the records' sigma times 2^14 and beta zero (Prep). A pair is the two nibbles 16 bits apart in lane
+// c's word (its bytes i hold elements 4c + i and 16 + 4c + i): two LOP3 (magnitude and sign bits) and
+// two IMAD (moved into place) where the table lookup (IQ4_XS) is about 8 ALU instructions, and the
+// M = 1 kernels are bound by the ALU pipe (NOTES.md v20).
+template <int P> GQ_HD uint32_t e2m1_pair(uint32_t w) {  // the nibbles at bits 4P and 16 + 4P
+  if constexpr (P == 3) return ((w >> 3) & 0x0E000E00u) | (w & 0x80008000u);
+  else return (w & (0x00070007u << 4 * P)) * (512u >> 4 * P) + (w & (0x00080008u << 4 * P)) * (4096u >> 4 * P);
+}
+template <> struct FT<MXFP4> {
+  static constexpr bool OK = true, HAS_MIN = false, MIS = false;
+  static constexpr int CE = 512, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 0;
+  // step st: b0 the pair at bits 4 st of the word (elements 16 st + 4c, + 2), b1 the one at 8 + 4 st (+ 1, + 3)
+  static GQ_HD int slot(int, int st, int c, int k, bool& d16) {
+    d16 = false;
+    return 16 * st + 4 * c + 2 * (k & 1) + (k >> 1);
+  }
   // AL8: rg8 % 4 - rg % 4 (2 for rows of 4k + 2 bytes, e.g. K = 2880: gemv_stream_kernel's ragged rows)
   template <int AL8 = 0, class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
 #pragma unroll
@@ -206,8 +223,8 @@ template <> struct FT<MXFP4> : FTLut {
       const uint8_t* b = rg + 17 * j;
       const uint8_t* b8 = rg8 + 17 * j;
       const uint32_t w = ldw_c(b + 1 + 4 * c, j + 1), w8 = ldw_c(b8 + 1 + 4 * c, j + 1 + AL8);
-      uint32_t A[2][4];
-      lut_pairs(w, w8, FP4U_T0, FP4U_T1, FP4U_T2, FP4U_T3, A);
+      uint32_t A[2][4] = {{e2m1_pair<0>(w), e2m1_pair<0>(w8), e2m1_pair<2>(w), e2m1_pair<2>(w8)},
+                          {e2m1_pair<1>(w), e2m1_pair<1>(w8), e2m1_pair<3>(w), e2m1_pair<3>(w8)}};
       f(j, A, e8m0(b[0]), e8m0(b8[0]), 0.f, 0.f);
     }
   }
@@ -410,6 +427,7 @@ template <int T> struct Prep {
     const uint32_t be = (as_uint(amax) >> 23) & 0xFF;
     const uint32_t se = be > 14 ? be - 13 : 1u;  // sigma = 2^(E - 13): amax / sigma in [2^13, 2^14)
     const float sigma = as_float(se << 23), inv = as_float((254u - se) << 23);
+    constexpr bool OFF = T != MXFP4;  // whether the codes carry 1024 (MXFP4's are their values x 2^-14)
     float beta = (float)L::Z * S;
     uint32_t* rec = reinterpret_cast<uint32_t*>(xb + ((size_t)G * M + t) * BREC);
 #pragma unroll
@@ -424,14 +442,13 @@ template <int T> struct Prep {
             bool d16 = false;
             const int e = L::slot(G, st, c, 2 * r + hh, d16);
             const float xe = xv[e];
-            beta += (d16 ? 64.f : 1024.f) * xe;
+            if (OFF) beta += (d16 ? 64.f : 1024.f) * xe;
             const __half hv = __float2half_rn(xe * inv * (d16 ? 0.0625f : 1.f));
             word |= (uint32_t)__half_as_ushort(hv) << (16 * hh);
           }
           rec[(c * L::STEPS + st) * 2 + r] = word;
         }
-    // MXFP4's decoders scale by ggml_e8m0_to_fp32 (twice the doubled table's scale): halved here, exactly
-    constexpr float H = T == MXFP4 ? 0.5f : 1.f;
+    constexpr float H = OFF ? 1.f : 16384.f;  // MXFP4: its codes' 2^-14, exactly
     float* sb = reinterpret_cast<float*>(xs + (size_t)G * gr(M));
     sb[2 * t] = sigma * H;
     sb[2 * t + 1] = -beta * H;
