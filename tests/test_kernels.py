@@ -163,8 +163,10 @@ def test_matmul_stream_ksplit(name, M, rng):
     where 8 tokens' records of all of K do not fit a CTA (K = 14336: 4 slices of 14 chunks, N = 4095,
     whose last unit is a row short) or leave a thread too many (N = 999, K = 4096: 8 slices of 1-2
     chunks), and where they fit but a split doubles the warps (N = 14335, K = 4096: 2 slices, 14 warps a
-    CTA; at M = 3, 4 only IQ4_XS and MXFP4 take it there); Q6_K, whose slices would not start 16-byte
-    aligned, stays on the 16-row tile kernel or the plain launch. fp16 activations once."""
+    CTA; at M = 3, 4 only IQ4_XS and MXFP4 take it there). Q6_K's slices of 420-byte chunks start 4-byte
+    aligned: K = 14336 in 4 slices 0, 12, 8 and 4 bytes past a 16-byte boundary, N = 999 in 8 (its
+    N = 14335 stays on the tile kernel: 14 warps' stages do not fit beside the records). fp16
+    activations once."""
     for N, K in ((4095, 14336), (999, 4096), (14335, 4096)):
         check_matmul(name, M, N, K, rng)
     if M == 8:

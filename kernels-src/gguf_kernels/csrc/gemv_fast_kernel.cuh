@@ -391,6 +391,9 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   const int gw = (KS ? (int)cluster_reg_id() : (int)blockIdx.x) * WPC + warp;
   const int GW = (KS ? (int)cluster_reg_count() : (int)gridDim.x) * WPC;
   const auto wbase = [&]() { return KS ? a.w + (int64_t)rank * nch * L::CB : a.w; };  // rows' first byte of the slice
+  // Q6_K (MIS) slices start 4-byte aligned (420-byte chunks): how far past a 16-byte boundary, which
+  // every stage's copy start (mis) adds to its offset in the slice
+  const int kph = KS && L::MIS ? (int)(((int64_t)rank * nch * L::CB) & 15) : 0;
   if constexpr (KS) cluster_arrive_relaxed();  // (waited on before the first store into rank 0)
   // Warp gw reads units gw, gw + GW, ... whole; or, a.split, CTA b owns units [u0, u1) and its warps
   // read equal runs of their stages [j0, j0 + total), the warps of a unit cut between them adding into
@@ -455,7 +458,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
         if constexpr (RAG && MT == 8) irow = iw + (int64_t)slot_row(lane >> 1, ilast) * a.row_bytes;
         else if constexpr (!RAG && MT == 2 && !ONE) irow = iw + (int64_t)min(lane >> 3, ilast) * a.row_bytes;
       }
-      const int b0 = CPS * is * L::CB, mis = L::MIS ? b0 & 15 : 0;
+      const int b0 = CPS * is * L::CB, mis = L::MIS ? (kph + b0) & 15 : 0;
       const int nc = min(CPS, nch - CPS * is);
       const int nP = L::MIS ? (mis + nc * L::CB + 15) / 16 : nc * (L::CB / 16);  // 16-byte pieces per row
       const uint8_t* s0 = iw + (b0 - mis);
@@ -687,7 +690,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     // products are not kept
     const bool live = kap < nch - c0;
     const int ch = c0 + (live ? kap : 0);
-    const int mis = L::MIS ? (c0 * L::CB) & 15 : 0;  // where the stage's copy starts before its first chunk
+    const int mis = L::MIS ? (kph + c0 * L::CB) & 15 : 0;  // where the stage's copy starts before its first chunk
     const uint8_t* rg = buf + cur * STAGE + rho * RS + mis + (ch - c0) * L::CB;
     const uint8_t* rg8 = rg + MT * RS;
     if constexpr (RAG && MT == 8) {  // rows at their own offsets, in slot_row's order
@@ -1303,7 +1306,8 @@ cudaError_t launch_stream_dense(const FastArgs& a, DType xt, cudaStream_t stream
 // 4096 -> 4096, 4096 -> 1024) it replaces the 16-row tile kernel; where they fit (4096 -> 14336) it
 // doubles the warps an SM of the plain launch (7 -> 14). Z: the smallest of 2, 4, 8 that gives 8 warps a
 // CTA (one CTA an SM, one wave of clusters), whose slices are whole chunks and 16-byte runs of every row
-// (so not Q6_K's 420-byte chunks). GGUF_KERNELS_FAST_KS: 0 off, 2 / 4 / 8 that Z wherever it fits.
+// (Q6_K's 420-byte chunks: 4-byte runs, copied from the 16-byte boundary below as its stages are).
+// GGUF_KERNELS_FAST_KS: 0 off, 2 / 4 / 8 that Z wherever it fits.
 inline int knob_ks() {
   static const int v = env_knob("GGUF_KERNELS_FAST_KS", -1);
   return v;
@@ -1360,7 +1364,9 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   if (!attrs_set) return cudaErrorNotSupported;
   const SmLimits& sm = sm_limits();
   for (int Z : {2, 4, 8}) {
-    if ((ks > 0 && Z != ks) || nch % Z != 0 || (nch / Z * L::CB) % 16 != 0) continue;
+    // slices of whole chunks, starting 16-byte aligned in every row (Q6_K: 4-byte, its stages' copies
+    // start at the 16-byte boundary below, kph)
+    if ((ks > 0 && Z != ks) || nch % Z != 0 || (nch / Z * L::CB) % (L::MIS ? 4 : 16) != 0) continue;
     FastArgs a = a0;
     a.K = a0.K / Z;
     a.S = 2;
