@@ -11,6 +11,7 @@
 // exponent of 1024: one LOP3 per pair for 4-bit codes, one PRMT per pair for bytes) by the
 // activations; the 1024 (and z) terms are removed with per-group sums of x that a small prep kernel
 // computes once per call. A hi nibble is used in place, as 1024 + 16u, against x / 16 (exact).
+// (MXFP4 has no offset: its e2m1 codes become their own values x 2^-14, FT<MXFP4>.)
 // Products and sums are exact fp16 x fp16 -> fp32 (the only roundings: fp32 accumulation and the
 // output), so the result is closer to the exact product than the pair-folding kernel's.
 //
