@@ -166,8 +166,7 @@ template <> struct FT<Q8_0> {
   static GQ_HD void scale(const uint8_t* ch, int G, float& s, float& o) { s = f16v(ch + 34 * G); o = 0.f; }
 };
 
-// Nibble-table types: lane c's word holds elements 4c+i (lo) and 16+4c+i (hi) of a 32-element group.
-GQ_HD int lut_slot(int st, int c, int k) { return 4 * c + 16 * (k & 1) + (k >> 1) + 2 * st; }
+// 4-bit codes through a 16-entry table (IQ4_XS), a pair {lo, hi} nibble of one byte per fp16 pair.
 GQ_HD void lut_pairs(uint32_t w, uint32_t w8, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3,
                      uint32_t (&A)[2][4]) {
   uint32_t c0, c1, d0, d1;
@@ -176,16 +175,6 @@ GQ_HD void lut_pairs(uint32_t w, uint32_t w8, uint32_t t0, uint32_t t1, uint32_t
   A[0][0] = byte_lo(c0); A[0][1] = byte_lo(d0); A[0][2] = byte_hi(c0); A[0][3] = byte_hi(d0);
   A[1][0] = byte_lo(c1); A[1][1] = byte_lo(d1); A[1][2] = byte_hi(c1); A[1][3] = byte_hi(d1);
 }
-
-// IQ4_XS: 4-bit codes through a 16-entry table, 512 elements (272 bytes) per chunk.
-struct FTLut {
-  static constexpr bool OK = true, HAS_MIN = false, MIS = false;
-  static constexpr int CE = 512, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 128;
-  static GQ_HD int slot(int, int st, int c, int k, bool& d16) {
-    d16 = false;
-    return lut_slot(st, c, k);
-  }
-};
 
 // ldw<A>(p) for A = a & 3, a a constant after unrolling.
 GQ_HD uint32_t ldw_c(const uint8_t* p, int a) {
@@ -232,7 +221,15 @@ template <> struct FT<MXFP4> {
   static GQ_HD void scale(const uint8_t* ch, int G, float& s, float& o) { s = e8m0(ch[17 * G]); o = 0.f; }
 };
 
-template <> struct FT<IQ4_XS> : FTLut {
+// IQ4_XS: codes through kvalues_iq4nl, 512 elements (272 bytes) per chunk; lane c's word holds elements
+// 4c + i (lo nibbles) and 16 + 4c + i (hi) of a 32-element sub-block.
+template <> struct FT<IQ4_XS> {
+  static constexpr bool OK = true, HAS_MIN = false, MIS = false;
+  static constexpr int CE = 512, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 128;
+  static GQ_HD int slot(int, int st, int c, int k, bool& d16) {
+    d16 = false;
+    return 4 * c + 16 * (k & 1) + (k >> 1) + 2 * st;
+  }
   template <class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
