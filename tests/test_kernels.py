@@ -164,9 +164,9 @@ def test_matmul_stream_ksplit(name, M, rng):
     whose last unit is a row short) or leave a thread too many (N = 999, K = 4096: 8 slices of 1-2
     chunks), and where they fit but a split doubles the warps (N = 14335, K = 4096: 2 slices, 14 warps a
     CTA; at M = 3, 4 only IQ4_XS and MXFP4 take it there). Q6_K's slices of 420-byte chunks start 4-byte
-    aligned: K = 14336 in 4 slices 0, 12, 8 and 4 bytes past a 16-byte boundary, N = 999 in 8 (its
-    N = 14335 stays on the tile kernel: 14 warps' stages do not fit beside the records). fp16
-    activations once."""
+    aligned: N = 999 in 8 slices of one chunk, 0, 4, 8 and 12 bytes past a 16-byte boundary; its
+    N = 4095 (a 4-way split: 213 KB) and N = 14335 (14 warps' stages beside the records) stay off the
+    split under the 200 KB cap. fp16 activations once."""
     for N, K in ((4095, 14336), (999, 4096), (14335, 4096)):
         check_matmul(name, M, N, K, rng)
     if M == 8:
