@@ -165,8 +165,9 @@ def test_matmul_stream_ksplit(name, M, rng):
     chunks), and where they fit but a split doubles the warps (N = 14335, K = 4096: 2 slices, 14 warps a
     CTA; at M = 3, 4 only IQ4_XS and MXFP4 take it there). Q6_K's slices of 420-byte chunks start 4-byte
     aligned: N = 999 in 8 slices of one chunk, 0, 4, 8 and 12 bytes past a 16-byte boundary; its
-    N = 4095 (a 4-way split: 213 KB) and N = 14335 (14 warps' stages beside the records) stay off the
-    split under the 200 KB cap. fp16 activations once."""
+    N = 4095 takes a 4-way split (213 KB, under the H200's 227 KB opt-in limit) and N = 14335 the plain
+    launch with 8 warps (212 KB; test_matmul_stream_smem_cap runs both under 200 KB). fp16 activations
+    once."""
     for N, K in ((4095, 14336), (999, 4096), (14335, 4096)):
         check_matmul(name, M, N, K, rng)
     if M == 8:
@@ -181,6 +182,15 @@ def test_matmul_stream_without_ks():
     run_child({"GGUF_KERNELS_FAST_KS": "0"}, f"{__file__}::test_matmul_stream", "5] or 8]", "14 passed")
     # M = 3, 4 with few units: the split now precedes the MT = 4 launch whose stages split over warps
     run_child({"GGUF_KERNELS_FAST_KS": "0"}, f"{__file__}::test_matmul_stream_split", "3] or 4]", "12 passed")
+
+
+def test_matmul_stream_smem_cap():
+    """GGUF_KERNELS_FAST_SMEM_KB=200 (the cap before v23; the default is the device's opt-in limit, 227 KB
+    on the H200), in a child: Q6_K's 8 tokens then no longer fit the plain M = 8 launch with 8 warps
+    (N = 14335, K = 4096) nor the 4-way K split (N = 4095, K = 14336), and take the launches they took
+    before; the K-split cases of every type and M = 5, 8 of the stream tests under the smaller cap."""
+    run_child({"GGUF_KERNELS_FAST_SMEM_KB": "200"}, f"{__file__}::test_matmul_stream_ksplit", "ksplit", "35 passed")
+    run_child({"GGUF_KERNELS_FAST_SMEM_KB": "200"}, f"{__file__}::test_matmul_stream", "5] or 8]", "14 passed")
 
 
 @pytest.mark.parametrize("M", [2, 3, 4])

@@ -1077,6 +1077,22 @@ inline const SmLimits& sm_limits() {
   }
   return l;
 }
+// Dynamic shared memory a gemv_stream_kernel CTA may ask: the device's opt-in limit (227 KB on the H200),
+// or GGUF_KERNELS_FAST_SMEM_KB below it (200: the cap of v6..v22, for A/B runs). The last 27 KB let
+// Q6_K's 8 tokens at M = 5..8 sit beside 8 warps' stages (4096 -> 14336: 212 KB, the plain launch) or a
+// 4-way K split (14336 -> 4096: 213 KB): 35.3 -> 24.7 us and 32.1 -> 27.9 us at M = 5 (NOTES v23).
+inline size_t stream_smem_cap() {
+  static const size_t v = [] {
+    int dev = 0, optin = 0;
+    cudaGetDevice(&dev);
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+      cudaGetLastError();
+      optin = 200 * 1024;
+    }
+    return std::min((size_t)env_knob("GGUF_KERNELS_FAST_SMEM_KB", optin / 1024) * 1024, (size_t)optin);
+  }();
+  return v;
+}
 // Resident CTAs per SM of gemv_stream_kernel<T, XT, MOE, MT> with WPC warps and `smem` bytes: registers,
 // shared memory and threads, from the function's and the device's attributes (read once). The shared
 // memory carve-out is set to its largest so that this count holds.
@@ -1086,7 +1102,7 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
   const SmLimits& sm = sm_limits();
   if (!regs) {
     const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE>;
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stream_smem_cap());
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     cudaFuncAttributes fa;
     regs = cudaFuncGetAttributes(&fa, kernel) == cudaSuccess ? std::max(fa.numRegs, 1) : 96;
@@ -1130,7 +1146,7 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
     // 14: where 16 warps' stages do not fit beside the records (ONE; MoE over hit experts, 8 tokens' records)
     if (knob_w() ? WPC != knob_w() : (WPC == 19 && !M1) || (WPC == 14 && !ONE && !(MOE && MT == 8))) continue;
     const size_t smem = smem_for(WPC);
-    const int n = smem > 200 * 1024 ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE>(WPC, smem);
+    const int n = smem > stream_smem_cap() ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE>(WPC, smem);
     if (n <= 0) continue;
     const int rounds = (units + n * sms * WPC - 1) / (n * sms * WPC);
     const int64_t work = (int64_t)rounds * WPC * n;
@@ -1155,11 +1171,15 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
     const size_t smem = smem_for(W) + sizeof(float) * split_slot(MT) * ((units + G - 1) / G);
     const int64_t pw = (items + (int64_t)G * W - 1) / ((int64_t)G * W);
     if ((MT == 2 || MT == 4) && !MOE && !knob_split_off() && (few <= 4 || nst >= 8) && nst >= 2 * pw &&
-        smem <= 200 * 1024 && stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE>(W, smem) * sms >= G) {
+        smem <= stream_smem_cap() && stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE>(W, smem) * sms >= G) {
       best = {W, S, G, smem, 1, pw * W};
       per_warp = pw;
     } else {
-      best = {few, S, (units + few - 1) / few, smem_for(few), 0, (int64_t)nst * few};
+      // MT = 8 (what the K split turned away): warps enough that each thread builds at most 8 groups of
+      // records, where that many fit (Q6_K 4096 -> 14336 at M = 8: 8 warps, not 7)
+      int w = few;
+      while (MT == 8 && !MOE && w < best.WPC && (groups + 32 * w - 1) / (32 * w) > 8) ++w;
+      best = {w, S, (units + w - 1) / w, smem_for(w), 0, (int64_t)nst * w};
     }
   }
   if (!best.WPC) return best;
@@ -1357,7 +1377,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   const int nch = a0.K / L::CE, units = (a0.N + 2 * MT - 1) / (2 * MT);
   const auto kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true>;
   static const bool attrs_set = [&] {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stream_smem_cap());
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     return cudaGetLastError() == cudaSuccess;
   }();
@@ -1379,7 +1399,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       WPC = (units + clusters - 1) / clusters;
       smem = std::max(fixed + (size_t)WPC * (a.S * 2 * MT * stream_rs<T, MT, false>() + (Z - 1) * 512),
                       (size_t)(sm.smem / 2 - sm.reserved + 16));  // one CTA an SM
-      if (WPC > 16 || smem > 200 * 1024) break;
+      if (WPC > 16 || smem > stream_smem_cap()) break;
       const int n = active_clusters(kernel, clusters, Z, WPC, smem);
       fits = n >= clusters;
       if (!fits) clusters = n;
