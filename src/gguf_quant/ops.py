@@ -21,9 +21,11 @@ from .ggml.types import ggml_type
 
 __all__ = ["dequantize", "get_rows", "matmul", "moe_matmul"]
 
-# The torch path dequantizes at most this many weight elements at once, so a forward never
-# holds more than one chunk of a weight in float (64 MiB of fp32).
-_CHUNK_ELEMENTS = 1 << 24
+# The torch path dequantizes at most this many weight elements at once (16 MiB of fp32), so a
+# forward never holds more than one chunk of a weight in float; and, on the CPU, so that each
+# chunk's buffers stay under glibc's 32 MiB mmap threshold: larger ones are fresh pages every
+# time, whose faults cost more than the dequantization (4x on a 64 MiB chunk).
+_CHUNK_ELEMENTS = 1 << 22
 
 
 def _cols(packed: Tensor, qtype: int) -> int:

@@ -6,7 +6,9 @@ type as a uint8 tensor `[n_blocks, type_size]` and returns `[n_blocks, block_siz
 float32; `dequantize` handles rows, batch dimensions, validation and the output dtype.
 
 The arithmetic mirrors gguf-py's `gguf.quants` in float32, operation for operation,
-so the results equal `gguf.quants.dequantize` bit for bit.
+so the results equal `gguf.quants.dequantize` bit for bit. Codes stay 8-bit integers until
+one conversion to float, and the scale and offset are applied in place on that fresh tensor:
+every full-size temporary is another pass over memory and, on the CPU, another allocation.
 
 Everything is vectorised torch: no Python loops over blocks, no host synchronisation,
 no numpy in the hot path, so the same code runs on CPU, CUDA and MPS tensors. Lookup
@@ -76,11 +78,10 @@ def _steps(count: int, step: int, dtype: torch.dtype, device: torch.device) -> T
 def _bits(x: Tensor, width: int, count: int, dim: int = -2) -> Tensor:
     """Split every element of the integer tensor `x` into `count` fields of `width` bits,
     lowest field first, laid out along a new axis inserted at `dim` (negative)."""
-    x = x.unsqueeze(dim)
-    shape = [1] * x.dim()
-    shape[dim] = count
-    shifts = _steps(count, width, x.dtype, x.device).view(shape)
-    return (x >> shifts) & ((1 << width) - 1)
+    # One shift by a constant per field, then one stack: on the CPU a shift by a broadcast tensor
+    # of amounts, or into a strided slice, is not vectorised (7x slower for nibbles).
+    mask = (1 << width) - 1
+    return torch.stack([(x >> (width * i)) & mask if i else x & mask for i in range(count)], dim=dim)
 
 
 def _nibbles(qs: Tensor) -> Tensor:
@@ -163,7 +164,10 @@ def _table(name: str, device: torch.device) -> Tensor:
 
 def _lookup(name: str, index: Tensor) -> Tensor:
     """Rows of the constant table `name` at integer `index` (any shape), on index's device."""
-    return _table(name, index.device)[index.long()]
+    table = _table(name, index.device)
+    # index_select with int32 indices: on the CPU 3x faster than indexing with int64
+    rows = table.index_select(0, index.reshape(-1).to(torch.int32))
+    return rows.view(*index.shape, *table.shape[1:])
 
 
 # ---------------------------------------------------------------------------------------
@@ -173,38 +177,38 @@ def _lookup(name: str, index: Tensor) -> Tensor:
 
 def _q5_legacy(qh: Tensor, qs: Tensor) -> Tensor:
     """5-bit quants of block_q5_0 / block_q5_1: nibbles of qs, bit 4 from the 32-bit qh."""
-    high = _bits(_u32(qh), 1, 32, dim=-1).flatten(-2)
-    return _nibbles(qs).int() | (high << 4)
+    high = _bits(qh, 1, 8, dim=-1).flatten(-2)  # bit j of the little-endian 32-bit qh: bit j % 8 of byte j // 8
+    return _nibbles(qs).bitwise_or_(high.bitwise_left_shift_(4))
 
 
 def _q4_0(blocks: Tensor) -> Tensor:
     # block_q4_0: ggml_half d; uint8_t qs[16]
     d, qs = blocks.split([2, 16], dim=-1)
-    return _f16(d) * (_nibbles(qs).float() - 8)
+    return _nibbles(qs).view(torch.int8).sub_(8).float().mul_(_f16(d))
 
 
 def _q4_1(blocks: Tensor) -> Tensor:
     # block_q4_1: ggml_half d, m; uint8_t qs[16]
     d, m, qs = blocks.split([2, 2, 16], dim=-1)
-    return _f16(d) * _nibbles(qs).float() + _f16(m)
+    return _nibbles(qs).float().mul_(_f16(d)).add_(_f16(m))
 
 
 def _q5_0(blocks: Tensor) -> Tensor:
     # block_q5_0: ggml_half d; uint8_t qh[4]; uint8_t qs[16]
     d, qh, qs = blocks.split([2, 4, 16], dim=-1)
-    return _f16(d) * (_q5_legacy(qh, qs).float() - 16)
+    return _q5_legacy(qh, qs).view(torch.int8).sub_(16).float().mul_(_f16(d))
 
 
 def _q5_1(blocks: Tensor) -> Tensor:
     # block_q5_1: ggml_half d, m; uint8_t qh[4]; uint8_t qs[16]
     d, m, qh, qs = blocks.split([2, 2, 4, 16], dim=-1)
-    return _f16(d) * _q5_legacy(qh, qs).float() + _f16(m)
+    return _q5_legacy(qh, qs).float().mul_(_f16(d)).add_(_f16(m))
 
 
 def _q8_0(blocks: Tensor) -> Tensor:
     # block_q8_0: ggml_half d; int8_t qs[32]
     d, qs = blocks.split([2, 32], dim=-1)
-    return qs.view(torch.int8).float() * _f16(d)
+    return qs.view(torch.int8).float().mul_(_f16(d))
 
 
 def _q8_k(blocks: Tensor) -> Tensor:
@@ -246,8 +250,8 @@ def _q2_k(blocks: Tensor) -> Tensor:
     scales, qs, d, dmin = blocks.split([QK_K // 16, QK_K // 4, 2, 2], dim=-1)
     dl = (_f16(d) * (scales & 0x0F).float()).unsqueeze(-1)
     ml = (_f16(dmin) * (scales >> 4).float()).unsqueeze(-1)
-    q = _bits(qs.unflatten(-1, (2, 32)), 2, 4).reshape(n, QK_K // 16, 16).float()
-    return (dl * q - ml).reshape(n, QK_K)
+    q = _bits(qs.unflatten(-1, (2, 32)), 2, 4).reshape(n, QK_K // 16, 16)
+    return q.float().mul_(dl).sub_(ml).reshape(n, QK_K)
 
 
 def _q3_k(blocks: Tensor) -> Tensor:
@@ -258,10 +262,10 @@ def _q3_k(blocks: Tensor) -> Tensor:
     low, high = scales.split([8, 4], dim=-1)
     sc = (_nibbles(low).int() | (_bits(high, 2, 4).flatten(-2).int() << 4)) - 32
     dl = (_f16(d) * sc.float()).unsqueeze(-1)
-    ql = _bits(qs.unflatten(-1, (2, 32)), 2, 4).reshape(n, QK_K // 16, 16).int()
-    hbit = _bits(hmask, 1, 8).reshape(n, QK_K // 16, 16).int()
-    q = ql - ((hbit ^ 1) << 2)  # a clear hmask bit subtracts 4
-    return (dl * q.float()).reshape(n, QK_K)
+    ql = _bits(qs.unflatten(-1, (2, 32)), 2, 4).reshape(n, QK_K // 16, 16).view(torch.int8)
+    hbit = _bits(hmask, 1, 8).reshape(n, QK_K // 16, 16).view(torch.int8)
+    q = ql.sub_(hbit.bitwise_xor_(1).bitwise_left_shift_(2))  # a clear hmask bit subtracts 4
+    return q.float().mul_(dl).reshape(n, QK_K)
 
 
 def _q4_k(blocks: Tensor) -> Tensor:
@@ -269,8 +273,8 @@ def _q4_k(blocks: Tensor) -> Tensor:
     n = blocks.shape[0]
     d, dmin, scales, qs = blocks.split([2, 2, 12, QK_K // 2], dim=-1)
     dl, ml = _k_sub_block_scales(d, dmin, scales)
-    q = _bits(qs.unflatten(-1, (4, 32)), 4, 2).reshape(n, 8, 32).float()
-    return (dl * q - ml).reshape(n, QK_K)
+    q = _bits(qs.unflatten(-1, (4, 32)), 4, 2).reshape(n, 8, 32)
+    return q.float().mul_(dl).sub_(ml).reshape(n, QK_K)
 
 
 def _q5_k(blocks: Tensor) -> Tensor:
@@ -279,8 +283,8 @@ def _q5_k(blocks: Tensor) -> Tensor:
     d, dmin, scales, qh, qs = blocks.split([2, 2, 12, QK_K // 8, QK_K // 2], dim=-1)
     dl, ml = _k_sub_block_scales(d, dmin, scales)
     ql = _bits(qs.unflatten(-1, (4, 32)), 4, 2).reshape(n, 8, 32)
-    q = (ql | (_bits(qh, 1, 8) << 4)).float()
-    return (dl * q - ml).reshape(n, QK_K)
+    q = ql.bitwise_or_(_bits(qh, 1, 8).bitwise_left_shift_(4))
+    return q.float().mul_(dl).sub_(ml).reshape(n, QK_K)
 
 
 def _q6_k(blocks: Tensor) -> Tensor:
@@ -290,8 +294,8 @@ def _q6_k(blocks: Tensor) -> Tensor:
     dl = (_f16(d) * scales.view(torch.int8).float()).unsqueeze(-1)
     low = _bits(ql.unflatten(-1, (2, 64)), 4, 2).reshape(n, QK_K)
     high = _bits(qh.unflatten(-1, (2, 32)), 2, 4).reshape(n, QK_K)
-    q = ((low | (high << 4)).int() - 32).reshape(n, QK_K // 16, 16)
-    return (dl * q.float()).reshape(n, QK_K)
+    q = low.bitwise_or_(high.bitwise_left_shift_(4)).view(torch.int8).sub_(32).reshape(n, QK_K // 16, 16)
+    return q.float().mul_(dl).reshape(n, QK_K)
 
 
 # ---------------------------------------------------------------------------------------
@@ -314,20 +318,20 @@ def _tq1_0(blocks: Tensor) -> Tensor:
         [_trits(qs[..., :32], 5).flatten(-2), _trits(qs[..., 32:], 5).flatten(-2), _trits(qh, 4).flatten(-2)],
         dim=-1,
     )
-    return _f16(d) * (q - 1).float()
+    return q.sub_(1).float().mul_(_f16(d))
 
 
 def _tq2_0(blocks: Tensor) -> Tensor:
     # block_tq2_0: uint8_t qs[64] (2 bits a value); ggml_half d
     qs, d = blocks.split([QK_K // 4, 2], dim=-1)
     q = _bits(qs.unflatten(-1, (2, 32)), 2, 4).flatten(-3)
-    return _f16(d) * (q.float() - 1)
+    return q.float().sub_(1).mul_(_f16(d))
 
 
 def _mxfp4(blocks: Tensor) -> Tensor:
     # block_mxfp4: uint8_t e (E8M0 scale); uint8_t qs[16] (E2M1 nibbles)
     e, qs = blocks.split([1, 16], dim=-1)
-    return _lookup("e8m0_half", e) * _lookup("kvalues_fp4", _nibbles(qs))
+    return _lookup("kvalues_fp4", _nibbles(qs)).mul_(_lookup("e8m0_half", e))
 
 
 def _nvfp4(blocks: Tensor) -> Tensor:
@@ -336,7 +340,7 @@ def _nvfp4(blocks: Tensor) -> Tensor:
     d, qs = blocks.split([4, 32], dim=-1)
     d = _lookup("ue4m3_half", d).unsqueeze(-1)
     values = _lookup("kvalues_fp4", _nibbles(qs.unflatten(-1, (4, 8))))
-    return (d * values).reshape(n, 64)
+    return values.mul_(d).reshape(n, 64)
 
 
 # ---------------------------------------------------------------------------------------
@@ -365,7 +369,7 @@ def _iq2_xxs(blocks: Tensor) -> Tensor:
     words = _u32(qs).unflatten(-1, (8, 2))
     db, signs = _iq_word_scale_signs(d, words[..., 1], 0.25)
     grid = _lookup("iq2xxs_grid", qs.unflatten(-1, (8, 2, 4))[..., 0, :])
-    return (db.view(n, 8, 1, 1) * grid * signs).reshape(n, QK_K)
+    return grid.mul_(db.view(n, 8, 1, 1)).mul_(signs).reshape(n, QK_K)
 
 
 def _iq2_xs(blocks: Tensor) -> Tensor:
@@ -376,7 +380,7 @@ def _iq2_xs(blocks: Tensor) -> Tensor:
     db = _iq_scale_nibbles(d, scales).view(n, 16, 1, 1)
     signs = _lookup("ksigns", qs >> 9).view(n, 16, 2, 8)
     grid = _lookup("iq2xs_grid", qs & 511).view(n, 16, 2, 8)
-    return (db * grid * signs).reshape(n, QK_K)
+    return grid.mul_(db).mul_(signs).reshape(n, QK_K)
 
 
 def _iq2_s(blocks: Tensor) -> Tensor:
@@ -388,7 +392,7 @@ def _iq2_s(blocks: Tensor) -> Tensor:
     signs = _lookup("byte_signs", sign_bytes).view(n, 16, 2, 8)
     index = qs.int() | (_bits(qh, 2, 4, dim=-1).flatten(-2).int() << 8)
     grid = _lookup("iq2s_grid", index).view(n, 16, 2, 8)
-    return (db * grid * signs).reshape(n, QK_K)
+    return grid.mul_(db).mul_(signs).reshape(n, QK_K)
 
 
 def _iq3_xxs(blocks: Tensor) -> Tensor:
@@ -398,7 +402,7 @@ def _iq3_xxs(blocks: Tensor) -> Tensor:
     d, qs, words = blocks.split([2, QK_K // 4, QK_K // 8], dim=-1)
     db, signs = _iq_word_scale_signs(d, _u32(words), 0.5)
     grid = _lookup("iq3xxs_grid", qs).view(n, 8, 4, 8)
-    return (db.view(n, 8, 1, 1) * grid * signs).reshape(n, QK_K)
+    return grid.mul_(db.view(n, 8, 1, 1)).mul_(signs).reshape(n, QK_K)
 
 
 def _iq3_s(blocks: Tensor) -> Tensor:
@@ -411,7 +415,7 @@ def _iq3_s(blocks: Tensor) -> Tensor:
     signs = _lookup("byte_signs", sign_bytes).view(n, 8, 4, 8)
     index = qs.int() | (_bits(qh, 1, 8, dim=-1).flatten(-2).int() << 8)
     grid = _lookup("iq3s_grid", index).view(n, 8, 4, 8)
-    return (db * grid * signs).reshape(n, QK_K)
+    return grid.mul_(db).mul_(signs).reshape(n, QK_K)
 
 
 _IQ1_DELTA = 0.125
@@ -432,7 +436,7 @@ def _iq1_s(blocks: Tensor) -> Tensor:
     delta = _iq1_delta((qh >> 15) & 1).view(n, 8, 1, 1)
     index = qs.int() | (_bits(qh, 3, 4, dim=-1).flatten(-2) << 8)
     grid = _lookup("iq1s_grid", index).view(n, 8, 4, 8)
-    return (dl * (grid + delta)).reshape(n, QK_K)
+    return grid.add_(delta).mul_(dl).reshape(n, QK_K)
 
 
 def _iq1_m(blocks: Tensor) -> Tensor:
@@ -449,13 +453,13 @@ def _iq1_m(blocks: Tensor) -> Tensor:
     qh = _bits(qh, 4, 2, dim=-1).flatten(-2)
     delta = _iq1_delta((qh >> 3) & 1).view(n, 8, 2, 2, 1)
     grid = _lookup("iq1s_grid", qs.int() | ((qh & 7).int() << 8)).view(n, 8, 2, 2, 8)
-    return (dl * (grid + delta)).reshape(n, QK_K)
+    return grid.add_(delta).mul_(dl).reshape(n, QK_K)
 
 
 def _iq4_nl(blocks: Tensor) -> Tensor:
     # block_iq4_nl: ggml_half d; uint8_t qs[16] (indices into kvalues_iq4nl)
     d, qs = blocks.split([2, 16], dim=-1)
-    return _f16(d) * _lookup("kvalues_iq4nl", _nibbles(qs))
+    return _lookup("kvalues_iq4nl", _nibbles(qs)).mul_(_f16(d))
 
 
 def _iq4_xs(blocks: Tensor) -> Tensor:
@@ -466,7 +470,7 @@ def _iq4_xs(blocks: Tensor) -> Tensor:
     high = _bits(_u16(scales_h), 2, 8, dim=-1).flatten(-2)
     dl = (_f16(d) * ((low | (high << 4)) - 32).float()).unsqueeze(-1)
     values = _lookup("kvalues_iq4nl", _nibbles(qs.unflatten(-1, (8, 16))))
-    return (dl * values).reshape(n, QK_K)
+    return values.mul_(dl).reshape(n, QK_K)
 
 
 # ---------------------------------------------------------------------------------------
