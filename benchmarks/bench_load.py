@@ -17,9 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
 from gguf_quant import samples
+
+NEW_TOKENS = 16  # greedy decode tokens timed after a 4-token prompt
 
 CHILD = r"""
 import json, sys, time, torch
@@ -28,14 +28,13 @@ if plugin:
     import gguf_quant
 from pathlib import Path
 from transformers import AutoModelForCausalLM
-path = Path(sys.argv[2])
+path, new = Path(sys.argv[2]), int(sys.argv[3])
 start = time.perf_counter()
 model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
 seconds = time.perf_counter() - start
 tensors = {t.data_ptr(): t for t in [*model.parameters(), *model.buffers()]}
 resident = sum(t.numel() * t.element_size() for t in tensors.values())
 ids = torch.tensor([[1, 2, 3, 4]])
-new = 16
 with torch.no_grad():
     logits = model(ids).logits
     model.generate(ids, max_new_tokens=2, min_new_tokens=2, do_sample=False)  # warm-up
@@ -43,13 +42,13 @@ with torch.no_grad():
     model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False)
     decode = new / (time.perf_counter() - start)
 print(json.dumps({"seconds": seconds, "resident": resident, "file": path.stat().st_size, "decode": decode,
-                  "name": path.name, "logit0": float(logits[0, -1].float().norm())}))
+                  "threads": torch.get_num_threads(), "name": path.name, "logit0": float(logits[0, -1].float().norm())}))
 """
 
 
 def run(loader: str, path: Path) -> dict:
     # The child of the "transformers" run must not import gguf_quant, which would register the plugin.
-    out = subprocess.run([sys.executable, "-c", CHILD, loader, str(path)], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", CHILD, loader, str(path), str(NEW_TOKENS)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -75,7 +74,7 @@ def main() -> None:
             )
     table = "\n".join(rows)
     header = (f"CPU load and decode benchmark on {platform.node()} ({platform.processor() or platform.machine()}), "
-              f"{torch.get_num_threads()} threads, float32 model, {args.repeat} runs each; decode: 16 greedy tokens "
+              f"{r['threads']} threads, float32 model, {args.repeat} runs each; decode: {NEW_TOKENS} greedy tokens "
               "after a 4-token prompt\n\n")
     print(header + table)
     if args.out:

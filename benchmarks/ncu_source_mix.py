@@ -26,7 +26,7 @@ def summarize(path: str, top: int = 16) -> None:
         ops[op] += int(r[i_ex])
         stalls[op] += int(r[i_st] or 0)
         for i in reasons:
-            why[head[i][6:]] += int(r[i] or 0) if r[i].isdigit() else 0
+            why[head[i][6:]] += int(r[i]) if r[i].isdigit() else 0
     n, s = sum(ops.values()), max(1, sum(stalls.values()))
     print(f"== {path}: {n} warp instructions, {s} stall samples")
     for op, c in ops.most_common(top):
