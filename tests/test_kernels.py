@@ -226,13 +226,15 @@ def test_matmul_tile_fast(name, M, rng):
             check_matmul(name, M, N, K, rng, dtype)
 
 
-@pytest.mark.parametrize("M", [1, 4])
-@pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "IQ4_XS", "MXFP4"])
+@pytest.mark.parametrize("M", [1, 4, 8])
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q6_K", "IQ4_XS", "MXFP4"])
 def test_matmul_dependent_launch_chain(name, M, rng):
     """The stream kernel starts as a programmatic dependent launch of the kernel before it, and must
     wait for it before reading x: in a CUDA graph, x is written by an elementwise kernel and a matmul
-    reads it at once, and a second matmul reads the first one's output. Replayed on fresh x, each
-    output must match the reference from its own input."""
+    reads it at once, and a second matmul reads the first one's output (a dependent launch; M = 8: the
+    K split over a cluster, Q6_K's slices 4-byte aligned). Replayed on fresh x, each output must match
+    the reference from its own input. The capture stream is made on DEV's device (torch.cuda.graph's
+    default one is made once, on the device current at its first use)."""
     w1, w2 = random_packed(name, (2048,), 4096, rng), random_packed(name, (4096,), 2048, rng)
     d1, d2 = ref_dequant(w1, name).double(), ref_dequant(w2, name).double()
     src = torch.empty(M, 4096, device=DEV, dtype=torch.bfloat16)
@@ -247,7 +249,7 @@ def test_matmul_dependent_launch_chain(name, M, rng):
     step()  # module load and launch attributes outside the capture
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    with torch.cuda.graph(g, stream=torch.cuda.Stream(DEV)):
         y1, y2 = step()
     for _ in range(3):
         src.normal_()
@@ -472,6 +474,41 @@ def test_moe_matmul_skewed_routing(rng):
     x = torch.randn(T, K, device=DEV, dtype=torch.bfloat16)
     out = KMOD.moe_matmul(x, packed, ids, qid("Q4_K"))
     assert rel_err(out, moe_ref(x, ref_dequant(packed, "Q4_K").double(), ids)) <= 1e-2
+
+
+# --- several GPUs -------------------------------------------------------------------------------
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_second_device(rng):
+    """A model split over two GPUs (device_map="auto") runs its layers on both from one process. A
+    kernel's shared-memory limit holds on the device that was current when it was raised, so each launch
+    site raises it once a device: here every launch path runs on cuda:0 and then on cuda:1, through
+    this module's own tests with DEV switched (stream kernel in all its forms, K split, tile_fast, the
+    tile kernel, gemv_mma, dequantize + cuBLAS, MoE pairs, hit experts and grouped tiles, a CUDA graph
+    of dependent launches). Without GGUF_KERNELS_FAST_STREAM_MAX_M, a child runs it again with the
+    stream kernel off, so that M <= 8 takes gemv_fast_kernel."""
+    for dev in ("cuda:0", "cuda:1"):
+        globals()["DEV"] = torch.device(dev)
+        try:
+            with torch.cuda.device(dev):
+                test_matmul_stream_one("Q4_0", rng)
+                test_matmul_stream_one("Q6_K", rng)
+                for name in ("Q5_K", "Q6_K", "MXFP4"):
+                    test_matmul_stream_ksplit(name, 8, rng)
+                test_matmul_stream_split("Q4_K", 2, rng)
+                test_matmul_tile_fast("MXFP4", 24, rng)
+                for name, M in (("Q4_K", 13), ("Q4_K", 40), ("Q8_0", 80), ("IQ4_XS", 3)):
+                    test_matmul(name, torch.bfloat16, M, rng)
+                check_matmul("Q4_K", 600, 1000, 1280, rng)
+                test_moe_matmul_stream_one("Q4_K", rng)
+                test_moe_matmul_hit_experts(8, 4, torch.bfloat16, rng)
+                test_moe_matmul_tile("Q4_0", 2880, 64, 40, rng)
+                test_matmul_dependent_launch_chain("Q4_0", 1, rng)
+                torch.cuda.synchronize()
+        finally:
+            globals()["DEV"] = torch.device("cuda")
+    if "GGUF_KERNELS_FAST_STREAM_MAX_M" not in os.environ:
+        run_child({"GGUF_KERNELS_FAST_STREAM_MAX_M": "0"}, f"{__file__}::test_second_device", "", "1 passed")
 
 
 # --- torch.library contracts, compile, CUDA graphs --------------------------------------------

@@ -621,12 +621,10 @@ cudaError_t launch_mma_impl(const GemvArgs& a, int64_t grid_x, cudaStream_t stre
   while (W < 16 && 2 * W <= nchunks && tiles * W < (int64_t)sms * 16 && 2 * W * G::WARP_BYTES <= 160 * 1024) W *= 2;
   while (W > 1 && W > nchunks) W /= 2;
   const size_t smem = (size_t)W * G::WARP_BYTES;
-  static size_t configured = 0;
-  if (smem > 48 * 1024 && smem > configured) {
-    cudaError_t e = cudaFuncSetAttribute(gemv_mma_kernel<T, NT, XT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)std::max<size_t>(smem, 160 * 1024));
+  static std::atomic<uint64_t> attrs{0};  // devices whose limit is raised to 160 KB, the most W takes
+  if (smem > 48 * 1024) {
+    const cudaError_t e = smem_attrs_once(attrs, gemv_mma_kernel<T, NT, XT>, 160 * 1024);
     if (e != cudaSuccess) return e;
-    configured = std::max<size_t>(smem, 160 * 1024);
   }
   const dim3 grid((unsigned)grid_x, (unsigned)((a.N + 15) / 16));
   gemv_mma_kernel<T, NT, XT><<<grid, dim3(32 * W), smem, stream>>>(a);

@@ -1,24 +1,83 @@
 // Plain C++ interface between the torch binding and the CUDA kernels (no torch headers here,
 // so the .cu files compile quickly and without torch).
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <cuda_runtime.h>
 
 #include "qtypes.h"
 
 namespace gq {
 
-// Multiprocessors of the current device (read once; the kernels size their grids by it).
-inline int num_sms() {
-  static int sms = 0;
-  if (!sms) {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (!sms) sms = 132;
+// What the launch rules read of a device, read once a device: one process may drive several GPUs
+// (a model split with device_map="auto"), not necessarily of one kind.
+struct DevProps {
+  int sms;       // multiprocessors (grids are sized by it)
+  int regs;      // registers an SM
+  int smem;      // shared memory an SM
+  int reserved;  // shared memory the driver reserves a CTA
+  int threads;   // threads an SM
+  int optin;     // dynamic shared memory a CTA may opt in to (227 KB on the H200, 163 KB on the A100)
+};
+constexpr int kMaxDevices = 64;  // devices a process tracks (also the width of smem_attrs_once's mask)
+inline int current_device() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    dev = 0;
   }
-  return sms;
+  return dev;
+}
+inline DevProps read_dev_props(int dev) {
+  DevProps p{};
+  const auto get = [dev](int& v, cudaDeviceAttr attr, int fallback) {  // the H200's, where a read fails
+    if (cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess || v <= 0) {
+      cudaGetLastError();
+      v = fallback;
+    }
+  };
+  get(p.sms, cudaDevAttrMultiProcessorCount, 132);
+  get(p.regs, cudaDevAttrMaxRegistersPerMultiprocessor, 65536);
+  get(p.smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 233472);
+  get(p.reserved, cudaDevAttrReservedSharedMemoryPerBlock, 1024);
+  get(p.threads, cudaDevAttrMaxThreadsPerMultiProcessor, 2048);
+  get(p.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 232448);
+  return p;
+}
+// The current device's properties.
+inline const DevProps& dev_props() {
+  static DevProps props[kMaxDevices];
+  static std::once_flag once[kMaxDevices];
+  const int dev = current_device();
+  if (dev < 0 || dev >= kMaxDevices) {  // beyond the table: read every time
+    thread_local DevProps p;
+    p = read_dev_props(dev);
+    return p;
+  }
+  std::call_once(once[dev], [dev] { props[dev] = read_dev_props(dev); });
+  return props[dev];
+}
+inline int num_sms() { return dev_props().sms; }
+
+// Raises `kernel`'s dynamic shared-memory limit to `bytes` (and, carveout >= 0, sets its preferred
+// shared-memory carve-out) once a device. Function attributes hold on the device that was current
+// when they were set, so each launch site keeps `done`, a mask of the devices it has set.
+template <typename F>
+cudaError_t smem_attrs_once(std::atomic<uint64_t>& done, F kernel, size_t bytes, int carveout = -1) {
+  const int dev = current_device();
+  const uint64_t bit = dev >= 0 && dev < kMaxDevices ? uint64_t{1} << dev : 0;
+  if (bit && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+  if (e == cudaSuccess && carveout >= 0)
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // not sticky: the caller reports it
+    return e;
+  }
+  done.fetch_or(bit, std::memory_order_release);
+  return cudaSuccess;
 }
 
 enum class DType : int { BF16 = 0, F16 = 1, F32 = 2 };

@@ -185,7 +185,7 @@ TileFastChoice tile_fast_choice(int N, int K, int M) {
     while (Z < 8 && ctas * Z * 2 <= 2 * (int64_t)num_sms() && nch >= 4 * Z) Z *= 2;
   }
   const size_t st = (size_t)G::stage(8 * NT);
-  const SmLimits& sm = sm_limits();
+  const DevProps& sm = dev_props();
   const size_t two = (size_t)(sm.smem / 2 - sm.reserved);  // a CTA's share where two fit an SM
   const int S = knob_tf(2) ? knob_tf(2) : (3 * st <= two ? 3 : 2);
   return {NT, Z, S, tiles, ctas, S * st};
@@ -194,13 +194,11 @@ template <int T, int NT>
 cudaError_t launch_tile_fast_nt(const FastArgs& a, const TileFastChoice& ch, float* ws,
                                 cudaStream_t stream) {
   auto kernel = tile_fast_kernel<T, NT>;
-  static bool big = false;  // dynamic shared memory limit raised
-  if (ch.smem > 48 * 1024 && !big) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024);
+  static std::atomic<uint64_t> attrs{0};  // devices whose limit is raised to their opt-in
+  if (ch.smem > 48 * 1024) {
     // all of the SM's shared memory (else the driver may keep L1 and fit one CTA where two were counted)
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    const cudaError_t e = smem_attrs_once(attrs, kernel, (size_t)dev_props().optin, 100);
     if (e != cudaSuccess) return e;
-    big = true;
   }
   const dim3 grid((unsigned)((a.N + TileFastGeom<T>::ROWS - 1) / TileFastGeom<T>::ROWS), (unsigned)ch.tiles, (unsigned)ch.Z);
   // a dependent launch of the prep kernel, which triggers at its start
@@ -223,7 +221,7 @@ size_t tile_fast_plan(int N, int K, int M, int64_t row_bytes, TileFastChoice& ch
     if (M <= 8 || M > tile_fast_max_m<T>() || !rows_fit<T>(K, row_bytes)) return 0;
     ch = tile_fast_choice<T>(N, K, M);
     // at least one CTA an SM (IQ4_XS / MXFP4 4096 -> 4096 at M = 9..16, on 128 CTAs: 0.81-0.84x)
-    if (ch.ctas * ch.Z < num_sms() || ch.tiles > 65535 || ch.smem > 227 * 1024) return 0;
+    if (ch.ctas * ch.Z < num_sms() || ch.tiles > 65535 || ch.smem > (size_t)dev_props().optin) return 0;
     return Prep<T>::scratch(K, M) + (ch.Z > 1 ? (size_t)ch.Z * M * N * sizeof(float) : 0);
   }
 }

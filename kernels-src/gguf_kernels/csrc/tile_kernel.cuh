@@ -190,17 +190,12 @@ cudaError_t launch_split_reduce(const float* ws, int splits, int64_t rows, int N
 template <int T, int NT, typename XT>
 cudaError_t launch_tile_impl(const GemvArgs& a, int64_t tiles, int splits, float* ws, cudaStream_t stream) {
   constexpr size_t smem = TileGeom<T, NT>::SMEM;
-  static bool configured = false;
-  if (!configured) {
-    cudaError_t e = cudaFuncSetAttribute(tile_kernel<T, NT, XT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(tile_kernel<T, NT, XT>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
+  static std::atomic<uint64_t> attrs{0};
+  cudaError_t e = smem_attrs_once(attrs, tile_kernel<T, NT, XT>, smem, 100);
+  if (e != cudaSuccess) return e;
   const dim3 grid((unsigned)((a.N + TILE_ROWS - 1) / TILE_ROWS), (unsigned)tiles, (unsigned)splits);
   tile_kernel<T, NT, XT><<<grid, dim3(32 * TILE_WARPS), smem, stream>>>(a, ws);
-  cudaError_t e = cudaGetLastError();
+  e = cudaGetLastError();
   if (e != cudaSuccess || splits == 1) return e;
   return launch_split_reduce(ws, splits, a.out_rows, a.N, reinterpret_cast<XT*>(a.out), a.out_stride, stream);
 }
