@@ -7,8 +7,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <mutex>
-#include <unordered_map>
+#include <tuple>
 #include <unordered_set>
 
 #include "gemv_fast.cuh"
@@ -535,7 +536,8 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   // Launched as a programmatic dependent launch (launch_choice), this CTA may start before the kernel
   // that writes x (and the MoE ids) has finished. Asking for the first stage's weights before waiting
   // on it was measured slower (NOTES.md v13: the x loads then queue behind them): nothing is read
-  // before the wait.
+  // before the wait; nor was an L2 prefetch of each warp's first stages by the copy engine (v25: 3-5%
+  // slower matmul after matmul, where the previous kernel's tail still uses the bandwidth).
   grid_dep_wait();
   float v0[L::GS];  // the thread's first group, requested before the expert ids are waited for
   uint4 r0[L::GS / 8];  // (MT = 8: as pieces)
@@ -973,31 +975,37 @@ size_t scratch_bytes(int K, int M, int64_t row_bytes) {
 
 struct Choice { int W, S, U; };
 
-// Resident CTAs per SM for (W warps, smem bytes), from the occupancy calculator (registers, shared
-// memory, threads), cached per (W, S, M).
+// gemv_fast_kernel's dynamic shared memory: at most 200 KB (the bound its launch rules were measured
+// under), less where the device's opt-in limit is lower.
+inline size_t gemv_fast_smem_cap() { return std::min<size_t>(200 * 1024, (size_t)dev_props().optin); }
+template <int T>
+cudaError_t gemv_fast_attrs() {
+  static std::atomic<uint64_t> done{0};
+  return smem_attrs_once(done, gemv_fast_kernel<T>, gemv_fast_smem_cap());
+}
+
+// Resident CTAs per SM for (W warps, smem bytes) on the current device, from the occupancy calculator
+// (registers, shared memory, threads), cached per (device, U, W, S, M) without a lock (choose() asks
+// up to 15 of them a launch): 0 = not asked yet, else the count + 1.
 template <int T>
 int ctas_per_sm(int W, int S, int M, int U, size_t smem) {
-  static int cache[3][5][3][8];
-  static bool init = false;
-  if (!init) {
-    for (auto& a : cache) for (auto& b : a) for (auto& c : b) for (int& v : c) v = -1;
-    init = true;
-  }
+  static std::atomic<int> cache[kMaxDevices][3][5][3][8];
+  const int dev = current_device();
   int wi = 0;
   while ((1 << wi) < W) ++wi;
-  const int ui = U >= 4 ? 2 : U - 1;
-  int& v = cache[ui][wi][S - 2][M - 1];
-  if (v < 0) {
-    int n = 0;
-    if (smem > 48 * 1024)
-      cudaFuncSetAttribute(gemv_fast_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_fast_kernel<T>, 32 * W, smem) != cudaSuccess) {
-      cudaGetLastError();
-      n = 0;
-    }
-    v = n;
+  std::atomic<int>* v = dev >= 0 && dev < kMaxDevices ? &cache[dev][U >= 4 ? 2 : U - 1][wi][S - 2][M - 1] : nullptr;
+  if (v) {
+    const int c = v->load(std::memory_order_relaxed);
+    if (c) return c - 1;
   }
-  return v;
+  int n = 0;
+  if ((smem > 48 * 1024 && gemv_fast_attrs<T>() != cudaSuccess) ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_fast_kernel<T>, 32 * W, smem) != cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  if (v) v->store(n + 1, std::memory_order_relaxed);
+  return n;
 }
 
 template <int T>
@@ -1049,7 +1057,7 @@ Choice choose(int N, int K, int M, int sms) {
     for (int S = 2; S <= 4; ++S) {
       if (knob_s() && S != knob_s()) continue;
       const size_t smem = smem_bytes<T>(W, S, M, U);
-      if (smem > 200 * 1024) continue;
+      if (smem > gemv_fast_smem_cap()) continue;
       const int per_sm = ctas_per_sm<T>(W, S, M, U, smem);
       if (per_sm < 1) continue;
       const int mych = (nch + W - 1) / W;
@@ -1064,46 +1072,32 @@ Choice choose(int N, int K, int M, int sms) {
   return best;
 }
 
-struct SmLimits { int regs, smem, reserved, threads; };  // one SM's, and the shared memory a CTA reserves
-inline const SmLimits& sm_limits() {
-  static SmLimits l = {};
-  if (!l.regs) {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&l.smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-    cudaDeviceGetAttribute(&l.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
-    cudaDeviceGetAttribute(&l.threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev);
-    cudaDeviceGetAttribute(&l.regs, cudaDevAttrMaxRegistersPerMultiprocessor, dev);
-  }
-  return l;
-}
 // Dynamic shared memory a gemv_stream_kernel CTA may ask: the device's opt-in limit (227 KB on the H200),
 // or GGUF_KERNELS_FAST_SMEM_KB below it (200: the cap of v6..v22, for A/B runs). The last 27 KB let
 // Q6_K's 8 tokens at M = 5..8 sit beside 8 warps' stages (4096 -> 14336: 212 KB, the plain launch) or a
 // 4-way K split (14336 -> 4096: 213 KB): 35.3 -> 24.7 us and 32.1 -> 27.9 us at M = 5 (NOTES v23).
 inline size_t stream_smem_cap() {
-  static const size_t v = [] {
-    int dev = 0, optin = 0;
-    cudaGetDevice(&dev);
-    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-      cudaGetLastError();
-      optin = 200 * 1024;
-    }
-    return std::min((size_t)env_knob("GGUF_KERNELS_FAST_SMEM_KB", optin / 1024) * 1024, (size_t)optin);
-  }();
-  return v;
+  static const int knob_kb = env_knob("GGUF_KERNELS_FAST_SMEM_KB", -1);
+  const size_t optin = (size_t)dev_props().optin;
+  return knob_kb >= 0 ? std::min((size_t)knob_kb * 1024, optin) : optin;
+}
+// Raises gemv_stream_kernel<...>'s dynamic shared memory to stream_smem_cap() on the current device,
+// with all of the SM's shared memory as carve-out (else the driver may keep L1 and fit fewer CTAs
+// than stream_ctas_per_sm counts). Once a device and instantiation.
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE, bool KS = false>
+cudaError_t stream_attrs() {
+  static std::atomic<uint64_t> done{0};
+  return smem_attrs_once(done, gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE, KS>, stream_smem_cap(), 100);
 }
 // Resident CTAs per SM of gemv_stream_kernel<T, XT, MOE, MT> with WPC warps and `smem` bytes: registers,
-// shared memory and threads, from the function's and the device's attributes (read once). The shared
-// memory carve-out is set to its largest so that this count holds.
+// shared memory and threads, from the function's attributes (read once) and the current device's
+// (stream_attrs gives the launch the carve-out this count assumes).
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 int stream_ctas_per_sm(int WPC, size_t smem) {
   static int regs = 0;
-  const SmLimits& sm = sm_limits();
+  const DevProps& sm = dev_props();
   if (!regs) {
     const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE>;
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stream_smem_cap());
-    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     cudaFuncAttributes fa;
     regs = cudaFuncGetAttributes(&fa, kernel) == cudaSuccess ? std::max(fa.numRegs, 1) : 96;
     cudaGetLastError();
@@ -1264,7 +1258,9 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   const bool pdl = ch.ctas <= num_sms() && follows_stream_kernel(stream);
   static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);  // once a kernel
   (void)recorded;
-  const SmLimits& sm = sm_limits();
+  const cudaError_t e = stream_attrs<T, XT, MOE, MT, RAG, ONE>();
+  if (e != cudaSuccess) return e;
+  const DevProps& sm = dev_props();
   const size_t smem = pdl ? std::max(ch.smem, (size_t)(sm.smem / 2 - sm.reserved + 16)) : ch.smem;
   return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a);
 }
@@ -1345,12 +1341,13 @@ bool ks_first(int M, int N) {
   return M >= 5 || (M >= 3 && ((N + 7) / 8 <= 4 * num_sms() || T == MXFP4 || T == IQ4_XS));
 }
 // Clusters of z CTAs (WPC warps, smem bytes; a grid of `clusters` of them) of `kernel` that can run at
-// once, asked once per case (the launch path runs on every matmul outside CUDA graphs).
+// once on the current device, asked once per case (the launch path runs on every matmul outside CUDA
+// graphs). Every instantiation shares one function type, so the kernel's address is in the key.
 template <typename Kern>
 int active_clusters(Kern kernel, int clusters, int z, int WPC, size_t smem) {
   static std::mutex mu;
-  static std::unordered_map<uint64_t, int> seen;
-  const uint64_t key = ((uint64_t)smem << 24) | ((uint64_t)clusters << 12) | ((uint64_t)WPC << 4) | (uint64_t)z;
+  static std::map<std::tuple<const void*, int, size_t, int, int, int>, int> seen;
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), current_device(), smem, clusters, WPC, z);
   std::lock_guard<std::mutex> lock(mu);
   const auto it = seen.find(key);
   if (it != seen.end()) return it->second;
@@ -1376,13 +1373,8 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   if (ks == 0 || a0.M > 8 || !ks_first<T>(a0.M, a0.N)) return cudaErrorNotSupported;
   const int nch = a0.K / L::CE, units = (a0.N + 2 * MT - 1) / (2 * MT);
   const auto kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true>;
-  static const bool attrs_set = [&] {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stream_smem_cap());
-    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-    return cudaGetLastError() == cudaSuccess;
-  }();
-  if (!attrs_set) return cudaErrorNotSupported;
-  const SmLimits& sm = sm_limits();
+  if (stream_attrs<T, XT, false, MT, false, false, true>() != cudaSuccess) return cudaErrorNotSupported;
+  const DevProps& sm = dev_props();
   for (int Z : {2, 4, 8}) {
     // slices of whole chunks, starting 16-byte aligned in every row (Q6_K: 4-byte, its stages' copies
     // start at the 16-byte boundary below, kph)
@@ -1488,12 +1480,7 @@ cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scra
     const dim3 grid((unsigned)((N + 15) / 16)), block(32 * ch.W);
     const size_t smem = smem_bytes<T>(ch.W, ch.S, M, ch.U);
     auto kernel = gemv_fast_kernel<T>;
-    static bool big = false;  // dynamic shared memory limit raised
-    if (smem > 48 * 1024 && !big) {
-      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
-      if (e != cudaSuccess) return e;
-      big = true;
-    }
+    if (smem > 48 * 1024 && (e = gemv_fast_attrs<T>()) != cudaSuccess) return e;
     return launch_kernel(kernel, grid, block, smem, stream, true, a);
   }
 }
