@@ -35,6 +35,34 @@ def test_gpu_logits_match_cpu(arch, qtype, shape, tmp_path):
     assert out.shape == (1, 10)
 
 
+def split_map(model, first, second) -> dict:
+    """A device_map for `model`'s checkpoint: the embeddings and the first half of the layers on
+    `first`, the other layers, the final norm and lm_head on `second`."""
+    n = len(model.model.layers)
+    dm = {f"model.{name}": second if name == "norm" else first for name, _ in model.model.named_children() if name != "layers"}
+    dm.update({f"model.layers.{i}": first if i < n // 2 else second for i in range(n)})
+    dm["lm_head"] = second
+    return dm
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("arch, qtype, shape", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_model_split_over_two_gpus(arch, qtype, shape, tmp_path):
+    """A model split over two GPUs by a device_map (accelerate moves the activations between them), its
+    packed layers on each: the same logits as on one GPU, and greedy generation runs."""
+    path = write_tiny(tmp_path / f"{arch}.gguf", arch, qtype, shape, tied=False)
+    one, model = _logits(path, "cuda:0")
+    dm = split_map(model, 0, 1)
+    del model
+    two = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32, device_map=dm)
+    assert {p.device.index for p in two.parameters()} == {0, 1}
+    with torch.no_grad():
+        logits = two(torch.tensor([IDS], device="cuda:0")).logits[0].float().cpu()
+    assert (logits - one).norm() / one.norm() < 1e-4
+    out = two.generate(torch.tensor([IDS[:4]], device="cuda:0"), max_new_tokens=6, do_sample=False)
+    assert out.shape == (1, 10)
+
+
 @pytest.mark.slow
 def test_smollm2_bf16_on_gpu(smollm2_path):
     cpu, _ = _logits(smollm2_path, "cpu")
