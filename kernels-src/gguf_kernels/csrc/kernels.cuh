@@ -617,13 +617,14 @@ cudaError_t launch_mma_impl(const GemvArgs& a, int64_t grid_x, cudaStream_t stre
   const int sms = num_sms();
   const int64_t tiles = (int64_t)((a.N + 15) / 16) * grid_x;
   const int nchunks = (a.K + G::CE - 1) / G::CE;
+  constexpr size_t kMaxSmem = 160 * 1024;  // the most W's warps take, and the limit raised for them
   int W = 4;
-  while (W < 16 && 2 * W <= nchunks && tiles * W < (int64_t)sms * 16 && 2 * W * G::WARP_BYTES <= 160 * 1024) W *= 2;
+  while (W < 16 && 2 * W <= nchunks && tiles * W < (int64_t)sms * 16 && 2 * W * G::WARP_BYTES <= kMaxSmem) W *= 2;
   while (W > 1 && W > nchunks) W /= 2;
   const size_t smem = (size_t)W * G::WARP_BYTES;
-  static std::atomic<uint64_t> attrs{0};  // devices whose limit is raised to 160 KB, the most W takes
+  static std::atomic<uint64_t> attrs{0};  // devices whose limit is raised
   if (smem > 48 * 1024) {
-    const cudaError_t e = smem_attrs_once(attrs, gemv_mma_kernel<T, NT, XT>, 160 * 1024);
+    const cudaError_t e = smem_attrs_once(attrs, gemv_mma_kernel<T, NT, XT>, kMaxSmem);
     if (e != cudaSuccess) return e;
   }
   const dim3 grid((unsigned)grid_x, (unsigned)((a.N + 15) / 16));
