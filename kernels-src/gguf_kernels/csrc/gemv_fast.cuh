@@ -418,20 +418,22 @@ template <int T> struct Prep {
   static GQ_HD size_t scratch(int K, int M) { return (bytes(K, M) + 255) / 256 * 256; }
 
   // One (group G, token t): xv = the group's GS activations as float.
-  // The sums run as four independent chains (elements e % 4 for S, lane c's slots for beta), joined as
-  // (0 + 1) + (2 + 3): a thread's dependent adds per group 64 -> 20, where each stream-kernel thread
-  // builds its groups one after another (up to 8 at M = 5..8) before any warp starts its products.
+  // The sums run as four independent chains (a thread's dependent adds per group 64 -> 16, where each
+  // stream-kernel thread builds its groups one after another, up to 8 at M = 5..8, before any warp
+  // starts its products), two over each half of the group: every type's d16 is the same for all
+  // elements of a half (Q4_0: the high nibbles' half; K-quants, Q6_K: whole groups), so beta's
+  // code-offset term is (64 or 1024) x each half's sum, not a multiply-add per element.
   static GQ_HD void group(const float* xv, int G, int t, int M, uint8_t* xb, uint8_t* xs) {
     float am[4] = {0.f, 0.f, 0.f, 0.f}, s4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int e = 0; e < L::GS; ++e) { am[e & 3] = fmaxf(am[e & 3], fabsf(xv[e])); s4[e & 3] += xv[e]; }
+    for (int e = 0; e < L::GS; ++e) { am[e & 3] = fmaxf(am[e & 3], fabsf(xv[e])); s4[(e & 1) + 2 * (e >> 4)] += xv[e]; }
     const float amax = fmaxf(fmaxf(am[0], am[1]), fmaxf(am[2], am[3]));
-    const float S = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+    const float Slo = s4[0] + s4[1], Shi = s4[2] + s4[3], S = Slo + Shi;
     const uint32_t be = (as_uint(amax) >> 23) & 0xFF;
     const uint32_t se = be > 14 ? be - 13 : 1u;  // sigma = 2^(E - 13): amax / sigma in [2^13, 2^14)
     const float sigma = as_float(se << 23), inv = as_float((254u - se) << 23);
     constexpr bool OFF = T != MXFP4;  // whether the codes carry 1024 (MXFP4's are their values x 2^-14)
-    float b4[4] = {0.f, 0.f, 0.f, 0.f};
+    float wh[2] = {1024.f, 1024.f};  // the code offset of each half's elements
     uint32_t* rec = reinterpret_cast<uint32_t*>(xb + ((size_t)G * M + t) * BREC);
 #pragma unroll
     for (int c = 0; c < 4; ++c)
@@ -444,14 +446,14 @@ template <int T> struct Prep {
           for (int hh = 0; hh < 2; ++hh) {
             bool d16 = false;
             const int e = L::slot(G, st, c, 2 * r + hh, d16);
-            const float xe = xv[e];
-            if (OFF) b4[c] += (d16 ? 64.f : 1024.f) * xe;
-            const __half hv = __float2half_rn(xe * inv * (d16 ? 0.0625f : 1.f));
+            wh[e >> 4] = d16 ? 64.f : 1024.f;
+            const __half hv = __float2half_rn(xv[e] * inv * (d16 ? 0.0625f : 1.f));
             word |= (uint32_t)__half_as_ushort(hv) << (16 * hh);
           }
           rec[(c * L::STEPS + st) * 2 + r] = word;
         }
-    const float beta = (float)L::Z * S + ((b4[0] + b4[1]) + (b4[2] + b4[3]));
+    const float off = OFF ? wh[0] * Slo + wh[1] * Shi : 0.f;
+    const float beta = (float)L::Z * S + off;
     constexpr float H = OFF ? 1.f : 16384.f;  // MXFP4: its codes' 2^-14, exactly
     float* sb = reinterpret_cast<float*>(xs + (size_t)G * gr(M));
     sb[2 * t] = sigma * H;
