@@ -60,8 +60,8 @@ k.moe_matmul(torch.randn(8, 2880, device=dev, dtype=torch.bfloat16), e, ids, qid
 k.moe_matmul(torch.randn(8, 2880, device=dev, dtype=torch.float16), random_packed("MXFP4", (32, 17), 2880, rng), ids,
              qid("MXFP4"))
 torch.cuda.synchronize()
-# matmul after matmul in a CUDA graph: dependent launches, which ask their first stages into L2 before
-# they wait (M = 1: row pairs and the 4-row form; M = 4, 8: the K split, Q6_K's slices 4-byte aligned;
+# matmul after matmul in a CUDA graph: the second starts as a dependent launch while the first's last
+# CTAs run (M = 1: row pairs and the 4-row form; M = 4, 8: the K split, Q6_K's slices 4-byte aligned;
 # the second matmul's last unit a row short)
 for name in ("Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q8_0", "IQ4_XS", "MXFP4"):
     q = qid(name)
