@@ -993,7 +993,7 @@ int ctas_per_sm(int W, int S, int M, int U, size_t smem) {
   const int dev = current_device();
   int wi = 0;
   while ((1 << wi) < W) ++wi;
-  std::atomic<int>* v = dev >= 0 && dev < kMaxDevices ? &cache[dev][U >= 4 ? 2 : U - 1][wi][S - 2][M - 1] : nullptr;
+  std::atomic<int>* v = tracked_device(dev) ? &cache[dev][U >= 4 ? 2 : U - 1][wi][S - 2][M - 1] : nullptr;
   if (v) {
     const int c = v->load(std::memory_order_relaxed);
     if (c) return c - 1;

@@ -30,6 +30,8 @@ inline int current_device() {
   }
   return dev;
 }
+// Whether `dev` has a slot in the per-device tables (beyond them: read or set every time).
+inline bool tracked_device(int dev) { return dev >= 0 && dev < kMaxDevices; }
 inline DevProps read_dev_props(int dev) {
   DevProps p{};
   const auto get = [dev](int& v, cudaDeviceAttr attr, int fallback) {  // the H200's, where a read fails
@@ -51,7 +53,7 @@ inline const DevProps& dev_props() {
   static DevProps props[kMaxDevices];
   static std::once_flag once[kMaxDevices];
   const int dev = current_device();
-  if (dev < 0 || dev >= kMaxDevices) {  // beyond the table: read every time
+  if (!tracked_device(dev)) {  // beyond the table: read every time
     thread_local DevProps p;
     p = read_dev_props(dev);
     return p;
@@ -67,7 +69,7 @@ inline int num_sms() { return dev_props().sms; }
 template <typename F>
 cudaError_t smem_attrs_once(std::atomic<uint64_t>& done, F kernel, size_t bytes, int carveout = -1) {
   const int dev = current_device();
-  const uint64_t bit = dev >= 0 && dev < kMaxDevices ? uint64_t{1} << dev : 0;
+  const uint64_t bit = tracked_device(dev) ? uint64_t{1} << dev : 0;
   if (bit && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
   if (e == cudaSuccess && carveout >= 0)
