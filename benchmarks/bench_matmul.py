@@ -34,10 +34,12 @@ DEV = torch.device("cuda")
 DENSE_SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096), (4096, 1024), (4096, 128256)]
 MS = [1, 2, 4, 8, 16, 32, 64, 512, 2048]  # ANCHORS.md's M, and 32 (the tile kernel's upper end)
 TYPES = ["Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q8_0", "MXFP4", "IQ4_XS"]
-# (name, K, N, experts, top_k, types): Q4_K_M files keep Qwen3-MoE's expert down projections in Q4_K or Q6_K
-MOE_SHAPES = [("qwen3-30b-a3b gate", 2048, 768, 128, 8, ["Q4_K", "Q8_0"]),
-              ("qwen3-30b-a3b down", 768, 2048, 128, 8, ["Q4_K", "Q6_K"]),
-              ("gpt-oss-20b gate", 2880, 2880, 32, 4, ["MXFP4"])]
+# (name, K, N, experts, top_k, types, x rows): Q4_K_M files keep Qwen3-MoE's expert down projections in
+# Q4_K or Q6_K. x rows as the model gives them: the gate projections one a token, shared by its top_k
+# pairs (x [T, K]); the down projection one a pair, each slot's own gate output (x [T, top_k, K]).
+MOE_SHAPES = [("qwen3-30b-a3b gate", 2048, 768, 128, 8, ["Q4_K", "Q8_0"], "token"),
+              ("qwen3-30b-a3b down", 768, 2048, 128, 8, ["Q4_K", "Q6_K"], "pair"),
+              ("gpt-oss-20b gate", 2880, 2880, 32, 4, ["MXFP4"], "token")]
 MOE_TS = [1, 8, 32, 512]
 ROTATE_BYTES = 2.2e9
 
@@ -158,14 +160,15 @@ def bench_dense(kmod, name: str, K: int, N: int, ms: list[int], bf16_ref: bool =
     return rows
 
 
-def bench_moe(kmod, name: str, label: str, K: int, N: int, E: int, top_k: int, ts: list[int]) -> list[dict]:
+def bench_moe(kmod, name: str, label: str, K: int, N: int, E: int, top_k: int, ts: list[int],
+              x_rows: str = "token") -> list[dict]:
     rows = []
     nbytes = weight_bytes(name, K, N) * E
     C = copies_for(nbytes, cap=64)
     ws = [random_weights(name, (E, N), K) for _ in range(C)]
     q = qid(name)
     for T in ts:
-        x = torch.randn(T, K, device=DEV, dtype=torch.bfloat16)
+        x = torch.randn((T, top_k, K) if x_rows == "pair" else (T, K), device=DEV, dtype=torch.bfloat16)
         # a fixed routing per T: the grouped path's tile count depends on it (Qwen3's down projection
         # at T = 8 measured 44-50 us across calls with a fresh draw each; NOTES.md v15)
         g = torch.Generator(device=DEV).manual_seed(1000 + T)
@@ -175,7 +178,7 @@ def bench_moe(kmod, name: str, label: str, K: int, N: int, E: int, top_k: int, t
         hit = min(E, T * top_k)  # experts touched, at most (bytes read, roughly)
         rows.append(dict(kind="moe", type=name, K=K, N=N, M=T, us=us,
                          gbs=weight_bytes(name, K, N) * hit / us / 1e3,
-                         tflops=2 * T * top_k * N * K / us / 1e6, label=f"{label} x{E} top-{top_k}"))
+                         tflops=2 * T * top_k * N * K / us / 1e6, label=f"{label} x{E} top-{top_k}, x row a {x_rows}"))
     del ws
     torch.cuda.empty_cache()
     return rows
@@ -206,10 +209,10 @@ def make_plan(types: list[str], ms: list[int], quick: bool, moe: bool,
                 sel = [m for m in ms if m in ((1, 2, 4, 8, 512) if name in ("Q4_0", "Q4_K", "Q8_0") else (1, 8))]
             plan.append(("dense", name, K, N, sel, None))
     if moe:
-        for label, K, N, E, k, shape_types in MOE_SHAPES:
+        for label, K, N, E, k, shape_types, x_rows in MOE_SHAPES:
             for name in shape_types:
                 if name in types:
-                    plan.append(("moe", name, K, N, [1, 8] if quick else MOE_TS, (label, E, k)))
+                    plan.append(("moe", name, K, N, [1, 8] if quick else MOE_TS, (label, E, k, x_rows)))
     return plan
 
 
@@ -279,7 +282,8 @@ def main(argv=None) -> int:
                 if name == "BF16":
                     continue
                 for m in sel:
-                    f.write(f"{kind} {name} {K} {N} {m}" + (f" {extra[1]} {extra[2]}" if kind == "moe" else "") + "\n")
+                    moe = f" {extra[1]} {extra[2]} {int(extra[3] == 'pair')}" if kind == "moe" else ""
+                    f.write(f"{kind} {name} {K} {N} {m}{moe}\n")
         return 0
     llama, llama_src = _anchors(), "ANCHORS.md"
     if args.llama and os.path.exists(args.llama):
@@ -300,7 +304,7 @@ def main(argv=None) -> int:
         if kind == "dense":
             rows += bench_dense(kmod, name, K, N, sel)
         else:
-            rows += bench_moe(kmod, name, extra[0], K, N, extra[1], extra[2], sel)
+            rows += bench_moe(kmod, name, extra[0], K, N, extra[1], extra[2], sel, extra[3])
         print(f"  {kind} {name} {K}->{N} done ({time.time() - t0:.0f}s)", flush=True)
     if args.save_rows:
         with open(args.save_rows, "w") as f:

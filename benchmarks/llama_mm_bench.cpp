@@ -5,7 +5,8 @@
 //       -lggml -lggml-base -lggml-cuda -Wl,-rpath,<build>/bin -o llama_mm_bench
 //   ./llama_mm_bench cases.txt out.json
 //
-// cases.txt: one case a line, "dense TYPE K N M" or "moe TYPE K N T E TOPK". Weights: a tile of
+// cases.txt: one case a line, "dense TYPE K N M" or "moe TYPE K N T E TOPK [PAIR_ROWS]" (PAIR_ROWS 1:
+// an x row a (token, slot) pair, else one a token). Weights: a tile of
 // random rows quantized by ggml_quantize_chunk, repeated, spread over > 2 GB of copies; the
 // activations are f32 as llama.cpp feeds them (so the time includes its quantize-activation
 // kernel). One ggml graph holds one matmul per copy; the median wall time of a graph compute
@@ -56,9 +57,9 @@ int main(int argc, char** argv) {
   while (std::getline(in, line)) {
     std::istringstream ss(line);
     std::string kind, tname;
-    int64_t K, N, M, E = 1, topk = 1;
+    int64_t K, N, M, E = 1, topk = 1, pair_rows = 0;
     if (!(ss >> kind >> tname >> K >> N >> M)) continue;
-    if (kind == "moe") ss >> E >> topk;
+    if (kind == "moe") ss >> E >> topk >> pair_rows;  // pair_rows: an x row a (token, slot), as ggml's down projection
     const ggml_type type = type_from_name(tname);
     const size_t row = ggml_row_size(type, K);
     const size_t bytes = row * N * E;
@@ -68,7 +69,7 @@ int main(int argc, char** argv) {
     ggml_init_params ip = {ggml_tensor_overhead() * (size_t)(4 * C + 16) + ggml_graph_overhead_custom(4 * C + 16, false),
                            nullptr, true};
     ggml_context* ctx = ggml_init(ip);
-    ggml_tensor* x = kind == "moe" ? ggml_new_tensor_3d(ctx, GGML_TYPE_F32, K, 1, M)
+    ggml_tensor* x = kind == "moe" ? ggml_new_tensor_3d(ctx, GGML_TYPE_F32, K, pair_rows ? topk : 1, M)
                                    : ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, M);
     ggml_tensor* ids = kind == "moe" ? ggml_new_tensor_2d(ctx, GGML_TYPE_I32, topk, M) : nullptr;
     std::vector<ggml_tensor*> ws(C);

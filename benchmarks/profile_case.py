@@ -4,6 +4,7 @@
     ncu --profile-from-start off -k regex:gemv_stream --section SourceCounters -o rep \\
         python benchmarks/profile_case.py dense:MXFP4:4096:14336:1      # dense:TYPE:K:N:M
     ...                                   moe:MXFP4:2880:2880:32:4:1   # moe:TYPE:K:N:E:top_k:T
+    ...                                   moe:Q6_K:768:2048:128:8:1:pair  # an x row a pair (down)
 """
 import sys
 
@@ -18,9 +19,10 @@ def main(case: str) -> None:
     torch.manual_seed(0)
     kind, name, *dims = case.split(":")
     if kind == "moe":
-        K, N, E, top, T = map(int, dims)
+        pair = dims[-1] == "pair"
+        K, N, E, top, T = map(int, dims[:5])
         w = random_weights(name, (E, N), K)
-        x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn((T, top, K) if pair else (T, K), device="cuda", dtype=torch.bfloat16)
         ids = torch.rand(T, E, device="cuda").argsort(dim=1)[:, :top].contiguous()
         run = lambda: k.moe_matmul(x, w, ids, qid(name))
     else:
