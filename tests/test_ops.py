@@ -65,6 +65,42 @@ def test_moe_matmul_equals_per_expert_loop(per_slot_input):
             torch.testing.assert_close(out[i, j], dense[ids[i, j]] @ row, rtol=1e-5, atol=1e-5)
 
 
+def test_modules_call_the_kernel_directly_only_in_eager_inference(monkeypatch):
+    """run_matmul / run_moe_matmul (what GgufLinear and GgufExperts call) skip the custom op's
+    dispatch and call the kernel function themselves in eager inference, and go through the op
+    where it matters: a gradient to record, or torch.compile tracing. A stand-in kernel (the torch
+    path, counting its calls) takes the place of the CUDA one."""
+    packed, dense, qt = _packed(32, 64, "Q8_0")
+    experts = torch.stack([packed, packed])
+    ids = torch.tensor([[0, 1], [1, 0]])
+    calls = []
+    kernels = {"matmul": lambda x, p, q: calls.append("matmul") or ops._torch_matmul(x, p, q),
+               "moe_matmul": lambda x, p, i, q: calls.append("moe") or torch.stack(
+                   [torch.stack([ops._torch_matmul(x[t:t + 1], p[e], q)[0] for e in i[t].tolist()])
+                    for t in range(i.shape[0])])}
+    monkeypatch.setattr(ops, "_kernel", lambda op, qtype, *tensors: kernels.get(op))
+    via_op = []
+    real_matmul, real_moe = ops.matmul, ops.moe_matmul
+    monkeypatch.setattr(ops, "matmul", lambda *a: via_op.append("matmul") or real_matmul(*a))
+    monkeypatch.setattr(ops, "moe_matmul", lambda *a: via_op.append("moe") or real_moe(*a))
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        out = ops.run_matmul(x, packed, qt)
+        moe = ops.run_moe_matmul(x, experts, ids, qt)
+    torch.testing.assert_close(out, x @ dense.T, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(moe[0, 1], x[0] @ dense.T, rtol=1e-5, atol=1e-5)
+    assert calls == ["matmul", "moe"] and via_op == []
+    xg = x.clone().requires_grad_()
+    ops.run_matmul(xg, packed, qt).sum().backward()  # through the op: its autograd formula
+    torch.testing.assert_close(xg.grad, dense.sum(0).expand(2, -1), rtol=1e-5, atol=1e-5)
+    ops.run_moe_matmul(xg, experts, ids, qt)
+    assert via_op == ["matmul", "moe"]
+    assert ops._direct("matmul", qt, x, packed) is not None
+    traced = torch.compile(lambda x: torch.tensor(ops._direct("matmul", qt, x, packed) is None), fullgraph=True,
+                           backend="eager")
+    assert bool(traced(x))  # while torch.compile traces, the op (its fake implementation) is used
+
+
 def test_ops_pass_opcheck():
     packed, _, qt = _packed(16, 64, "Q8_0")
     ids = torch.tensor([1, 5])

@@ -34,7 +34,7 @@ class GgufLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(out_features, device=device, dtype=dtype), requires_grad=False) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        out = ops.matmul(x.reshape(-1, self.in_features), self.weight, self.qtype)
+        out = ops.run_matmul(x.reshape(-1, self.in_features), self.weight, self.qtype)
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)
@@ -145,10 +145,10 @@ class GgufExperts(nn.Module):
 
     def forward(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor) -> Tensor:
         ids = top_k_index.to(torch.int64)
-        gate_up = ops.moe_matmul(hidden_states, self.gate_up_proj, ids, self.gate_up_qtype)
+        gate_up = ops.run_moe_matmul(hidden_states, self.gate_up_proj, ids, self.gate_up_qtype)
         if self.gate_up_proj_bias is not None:
             gate_up = gate_up + self.gate_up_proj_bias[ids].to(gate_up.dtype)
-        out = ops.moe_matmul(self._gate_up(gate_up), self.down_proj, ids, self.down_qtype)
+        out = ops.run_moe_matmul(self._gate_up(gate_up), self.down_proj, ids, self.down_qtype)
         if self.down_proj_bias is not None:
             out = out + self.down_proj_bias[ids].to(out.dtype)
         return (out * top_k_weights.unsqueeze(-1).to(out.dtype)).sum(dim=1)

@@ -19,7 +19,7 @@ from . import kernel_loader
 from .ggml import dequantize as _dequantize
 from .ggml.types import ggml_type
 
-__all__ = ["dequantize", "get_rows", "matmul", "moe_matmul"]
+__all__ = ["dequantize", "get_rows", "matmul", "moe_matmul", "run_matmul", "run_moe_matmul"]
 
 # The torch path dequantizes at most this many weight elements at once (16 MiB of fp32), so a
 # forward never holds more than one chunk of a weight in float; and, on the CPU, so that each
@@ -177,3 +177,28 @@ def _moe_matmul_backward(ctx, grad):
 
 
 moe_matmul.register_autograd(_moe_matmul_backward, setup_context=_save_weights)
+
+
+# --- what the modules call --------------------------------------------------------------------
+
+def _direct(op: str, qtype: int, x: Tensor, packed: Tensor):
+    """The kernel's function for `op` where calling it directly is the same as the custom op:
+    eager (not traced by torch.compile) and no gradient to record. torch.library's dispatch of a
+    Python custom op costs more than the kernel's own launch path: on the H200 machine's host,
+    matmul M = 1 took 42.7 us a call through the op against 17.2 us direct
+    (`benchmarks/results/e2e_h200.md`, "Eager launch cost"), and a decode step calls ~225 of them."""
+    if torch.compiler.is_compiling() or (x.requires_grad and torch.is_grad_enabled()):
+        return None
+    return _kernel(op, qtype, packed)
+
+
+def run_matmul(x: Tensor, packed: Tensor, qtype: int) -> Tensor:
+    """matmul, on the kernel directly where that is the same (see _direct)."""
+    fn = _direct("matmul", qtype, x, packed)
+    return fn(x, packed, qtype) if fn is not None else matmul(x, packed, qtype)
+
+
+def run_moe_matmul(x: Tensor, packed: Tensor, ids: Tensor, qtype: int) -> Tensor:
+    """moe_matmul, on the kernel directly where that is the same (see _direct)."""
+    fn = _direct("moe_matmul", qtype, x, packed)
+    return fn(x, packed, ids, qtype) if fn is not None else moe_matmul(x, packed, ids, qtype)
