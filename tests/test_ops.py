@@ -66,7 +66,8 @@ def test_moe_matmul_equals_per_expert_loop(per_slot_input):
 
 
 def test_modules_call_the_kernel_directly_only_in_eager_inference(monkeypatch):
-    """run_matmul / run_moe_matmul (what GgufLinear and GgufExperts call) skip the custom op's
+    """run_matmul / run_moe_matmul / run_get_rows (what GgufLinear, GgufExperts and GgufEmbedding
+    call) skip the custom op's
     dispatch and call the kernel function themselves in eager inference, and go through the op
     where it matters: a gradient to record, or torch.compile tracing. A stand-in kernel (the torch
     path, counting its calls) takes the place of the CUDA one."""
@@ -75,6 +76,7 @@ def test_modules_call_the_kernel_directly_only_in_eager_inference(monkeypatch):
     ids = torch.tensor([[0, 1], [1, 0]])
     calls = []
     kernels = {"matmul": lambda x, p, q: calls.append("matmul") or ops._torch_matmul(x, p, q),
+               "get_rows": lambda p, i, q, dt: calls.append("rows") or ops._dequantize(p[i], q, dt),
                "moe_matmul": lambda x, p, i, q: calls.append("moe") or torch.stack(
                    [torch.stack([ops._torch_matmul(x[t:t + 1], p[e], q)[0] for e in i[t].tolist()])
                     for t in range(i.shape[0])])}
@@ -83,13 +85,16 @@ def test_modules_call_the_kernel_directly_only_in_eager_inference(monkeypatch):
     real_matmul, real_moe = ops.matmul, ops.moe_matmul
     monkeypatch.setattr(ops, "matmul", lambda *a: via_op.append("matmul") or real_matmul(*a))
     monkeypatch.setattr(ops, "moe_matmul", lambda *a: via_op.append("moe") or real_moe(*a))
+    monkeypatch.setattr(ops, "get_rows", lambda *a: via_op.append("rows"))
     x = torch.randn(2, 64)
     with torch.no_grad():
         out = ops.run_matmul(x, packed, qt)
         moe = ops.run_moe_matmul(x, experts, ids, qt)
+    rows = ops.run_get_rows(packed, torch.tensor([3, 0]), qt, torch.float32)  # ids: never a gradient
     torch.testing.assert_close(out, x @ dense.T, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(moe[0, 1], x[0] @ dense.T, rtol=1e-5, atol=1e-5)
-    assert calls == ["matmul", "moe"] and via_op == []
+    torch.testing.assert_close(rows, dense[[3, 0]])
+    assert calls == ["matmul", "moe", "rows"] and via_op == []
     xg = x.clone().requires_grad_()
     ops.run_matmul(xg, packed, qt).sum().backward()  # through the op: its autograd formula
     torch.testing.assert_close(xg.grad, dense.sum(0).expand(2, -1), rtol=1e-5, atol=1e-5)

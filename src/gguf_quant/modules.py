@@ -77,7 +77,7 @@ class GgufEmbedding(nn.Module):
         return super()._apply(fn, recurse)
 
     def forward(self, input_ids: Tensor) -> Tensor:
-        out = ops.get_rows(self.weight, input_ids, self.qtype, self.dtype)
+        out = ops.run_get_rows(self.weight, input_ids, self.qtype, self.dtype)
         if self.embed_scale is not None:
             out = out * torch.tensor(self.embed_scale, dtype=out.dtype).item()
         return out

@@ -19,7 +19,7 @@ from . import kernel_loader
 from .ggml import dequantize as _dequantize
 from .ggml.types import ggml_type
 
-__all__ = ["dequantize", "get_rows", "matmul", "moe_matmul", "run_matmul", "run_moe_matmul"]
+__all__ = ["dequantize", "get_rows", "matmul", "moe_matmul", "run_get_rows", "run_matmul", "run_moe_matmul"]
 
 # The torch path dequantizes at most this many weight elements at once (16 MiB of fp32), so a
 # forward never holds more than one chunk of a weight in float; and, on the CPU, so that each
@@ -202,3 +202,9 @@ def run_moe_matmul(x: Tensor, packed: Tensor, ids: Tensor, qtype: int) -> Tensor
     """moe_matmul, on the kernel directly where that is the same (see _direct)."""
     fn = _direct("moe_matmul", qtype, x, packed)
     return fn(x, packed, ids, qtype) if fn is not None else moe_matmul(x, packed, ids, qtype)
+
+
+def run_get_rows(packed: Tensor, ids: Tensor, qtype: int, dtype: torch.dtype) -> Tensor:
+    """get_rows, on the kernel directly where that is the same (see _direct; ids take no gradient)."""
+    fn = _direct("get_rows", qtype, ids, packed)
+    return fn(packed, ids, qtype, dtype) if fn is not None else get_rows(packed, ids, qtype, dtype)
