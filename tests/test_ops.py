@@ -67,10 +67,9 @@ def test_moe_matmul_equals_per_expert_loop(per_slot_input):
 
 def test_modules_call_the_kernel_directly_only_in_eager_inference(monkeypatch):
     """run_matmul / run_moe_matmul / run_get_rows (what GgufLinear, GgufExperts and GgufEmbedding
-    call) skip the custom op's
-    dispatch and call the kernel function themselves in eager inference, and go through the op
-    where it matters: a gradient to record, or torch.compile tracing. A stand-in kernel (the torch
-    path, counting its calls) takes the place of the CUDA one."""
+    call) skip the custom op's dispatch and call the kernel function themselves in eager inference,
+    and go through the op where it matters: a gradient to record, or torch.compile tracing. A
+    stand-in kernel (the torch path, counting its calls) takes the place of the CUDA one."""
     packed, dense, qt = _packed(32, 64, "Q8_0")
     experts = torch.stack([packed, packed])
     ids = torch.tensor([[0, 1], [1, 0]])
