@@ -217,8 +217,8 @@ def test_matmul_stream_one(name, rng):
 @pytest.mark.parametrize("M", [9, 16, 17, 32])
 @pytest.mark.parametrize("name", ["Q4_0", "IQ4_XS", "MXFP4"])
 def test_matmul_tile_fast(name, M, rng):
-    """M = 9..32 on rows of whole 16-byte pieces (tile_fast_kernel, a tile of 16 or 32 tokens, partial at
-    M = 9 and 17; IQ4_XS only to 16, then the tile kernel), bf16 and fp16 x: N = 14335 with K = 2048 (112 CTAs, K split in two, a last CTA past
+    """M = 9..32 on rows of whole 16-byte pieces (IQ4_XS and MXFP4: tile_fast_kernel to M = 16, a partial
+    tile at 9, then the tile kernel, partial at 17; Q4_0: the tile kernel since v31), bf16 and fp16 x: N = 14335 with K = 2048 (112 CTAs, K split in two, a last CTA past
     N), N = 4000 with K = 9728 (K split in eight: 5 chunks each and 3 for the 256-element types; 3 each,
     1 and an empty split for the 512-element ones)."""
     for N, K in ((14335, 2048), (4000, 9728)):
@@ -466,6 +466,27 @@ def test_moe_matmul_tile(name, K, E, T, rng):
     check_moe_with_unroutable(x, packed, w, ids, name, TOL[torch.bfloat16])
 
 
+@pytest.mark.parametrize("T", [6, 40])
+@pytest.mark.parametrize("dtype, e8m0", [(torch.bfloat16, (20, 253)), (torch.float16, (114, 141))], ids=["bf16", "f16"])
+def test_moe_matmul_mxfp4_one_hot_exact(dtype, e8m0, T, rng):
+    """One-hot activations return each hit expert's weight column exactly, over the E8M0 exponents whose
+    values the activation type holds as normal numbers: MXFP4's e2m1 codes go straight into bf16 / fp16
+    pairs, where 0.5 is subnormal, then through two products (2^(bias-1), the block's 2^(e-127)), so a
+    flushed subnormal or an overflowed scale would change elements by whole codes. T = 6: the pairs
+    kernels; T = 40 (160 pairs): the tile kernel."""
+    E, N, K, top_k = 4, 96, 2880, 4
+    packed = torch.from_numpy(random_blocks("MXFP4", (E, N), K, rng, e8m0=e8m0)).to(DEV)
+    w = ref_dequant(packed, "MXFP4")
+    ids = torch.from_numpy(np.argsort(rng.random((T, E)), axis=1)[:, :top_k].copy()).to(DEV)
+    cols = torch.from_numpy(rng.integers(0, K, T)).to(DEV)
+    x = torch.zeros(T, K, device=DEV, dtype=dtype)
+    x[torch.arange(T, device=DEV), cols] = 1
+    out = KMOD.moe_matmul(x, packed, ids, qid("MXFP4"))
+    ref = w[ids, :, cols[:, None]].to(dtype)  # [T, top_k, N]: w[ids[t, s], n, cols[t]]
+    bad = (out != ref).sum().item()
+    assert bad == 0, f"{bad} of {out.numel()} elements differ, e.g. {out[out != ref][:4].tolist()} for {ref[out != ref][:4].tolist()}"
+
+
 def test_moe_matmul_skewed_routing(rng):
     """Every token on the same experts: chunks of 8 pairs, many per expert."""
     E, N, K, T = 16, 96, 512, 70
@@ -496,7 +517,7 @@ def test_second_device(rng):
                 for name in ("Q5_K", "Q6_K", "MXFP4"):
                     test_matmul_stream_ksplit(name, 8, rng)
                 test_matmul_stream_split("Q4_K", 2, rng)
-                test_matmul_tile_fast("MXFP4", 24, rng)
+                test_matmul_tile_fast("MXFP4", 12, rng)
                 for name, M in (("Q4_K", 13), ("Q4_K", 40), ("Q8_0", 80), ("IQ4_XS", 3)):
                     test_matmul(name, torch.bfloat16, M, rng)
                 check_matmul("Q4_K", 600, 1000, 1280, rng)

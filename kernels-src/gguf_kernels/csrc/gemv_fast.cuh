@@ -187,17 +187,14 @@ GQ_HD uint32_t ldw_c(const uint8_t* p, int a) {
 }
 
 // MXFP4 without a table (OCP MX e2m1 codes, ggml's block_mxfp4: one E8M0 byte, 16 bytes of nibbles,
-// element j the low nibble of byte j, element 16 + j its high one): (n & 7) << 9 | (n & 8) << 12 is
+// element j the low nibble of byte j, element 16 + j its high one): e2m1_pair_mb<10> gives
 // the fp16 of e2m1(n) x 2^-14 exactly (e2m1's 2-bit exponent and mantissa bit under fp16's, subnormal
 // where e2m1's is, the sign in place), so the tensor core gets the values themselves: no 1024 offset,
 // the records' sigma times 2^14 and beta zero (Prep). A pair is the two nibbles 16 bits apart in lane
 // c's word (its bytes i hold elements 4c + i and 16 + 4c + i): two LOP3 (magnitude and sign bits) and
 // two IMAD (moved into place) where the table lookup (IQ4_XS) is about 8 ALU instructions, and the
 // M = 1 kernels are bound by the ALU pipe (NOTES.md v20).
-template <int P> GQ_HD uint32_t e2m1_pair(uint32_t w) {  // the nibbles at bits 4P and 16 + 4P
-  if constexpr (P == 3) return ((w >> 3) & 0x0E000E00u) | (w & 0x80008000u);
-  else return (w & (0x00070007u << 4 * P)) * (512u >> 4 * P) + (w & (0x00080008u << 4 * P)) * (4096u >> 4 * P);
-}
+template <int P> GQ_HD uint32_t e2m1_pair(uint32_t w) { return e2m1_pair_mb<10, P>(w); }
 template <> struct FT<MXFP4> {
   static constexpr bool OK = true, HAS_MIN = false, MIS = false;
   static constexpr int CE = 512, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 0;

@@ -87,6 +87,18 @@ constexpr uint32_t IQ4_T0 = 0xBFAD9881u, IQ4_T1 = 0xF6EADDCFu, IQ4_T2 = 0x26190D
 // kvalues_mxfp4: e2m1 values doubled {0,1,2,3,4,6,8,12,-0,-1,-2,-3,-4,-6,-8,-12}.
 constexpr uint32_t FP4_T0 = 0x03020100u, FP4_T1 = 0x0C080604u, FP4_T2 = 0xFDFEFF00u, FP4_T3 = 0xF4F8FAFCu;
 
+// OCP MX e2m1 codes to 16-bit floats with MB mantissa bits (fp16 10, bf16 7) without a table: the
+// nibbles n at bits 4P and 16 + 4P of w become the low and high half of the result, each (n & 7) <<
+// (MB - 1) | (n & 8) << 12, which is e2m1(n) x 2^(1 - bias) exactly (e2m1's 2-bit exponent and mantissa
+// bit under the float's, subnormal where e2m1's is, the sign in place). Sums where the shifts are left
+// ones (the bits do not overlap), so ptxas can use IMAD.
+template <int MB, int P> GQ_HD uint32_t e2m1_pair_mb(uint32_t w) {
+  constexpr int MS = MB - 1 - 4 * P, SS = 12 - 4 * P;
+  constexpr uint32_t MM = 0x00070007u << 4 * P, SM = 0x00080008u << 4 * P;
+  if constexpr (MS >= 0) return (w & MM) * (1u << MS) + (w & SM) * (1u << SS);
+  else return ((w >> -MS) & (MM >> -MS)) | ((w & SM) << SS);
+}
+
 // kvalues_mxfp4 + 64 (the MXFP4 decoder's codes).
 constexpr uint32_t FP4P_T0 = 0x43424140u, FP4P_T1 = 0x4C484644u, FP4P_T2 = 0x3D3E3F40u, FP4P_T3 = 0x34383A3Cu;
 

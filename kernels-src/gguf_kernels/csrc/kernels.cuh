@@ -360,7 +360,38 @@ __device__ __forceinline__ void affine_pairs(const Codes& r, uint32_t (&s2)[4], 
 template <int T, typename XT>
 __device__ __forceinline__ void unit_frags(const uint8_t* pg, const uint8_t* pg8, int uu, int c, bool full,
                                            uint32_t (&a)[4][4]) {
-  if constexpr (PairConv<XT, CodeBits<T>::BITS>::OK) {  // codes straight to bf16/fp16 pairs
+  if constexpr (T == MXFP4) {
+    // block_mxfp4 { uint8_t e; uint8_t qs[16]; }: x = e2m1(q) * 2^(e-127). The codes straight to XT
+    // pairs (e2m1_pair_mb, ~5 instructions a pair against the table's ~11), times 2^(bias-1), which
+    // makes them e2m1's values exactly, then times the block's 2^(e-127) (two products: one scale of
+    // 2^(e-127+bias-1) would overflow XT for large e). Lane c's word, bytes reordered to {0, 2, 1, 3},
+    // puts elements 4c + {0, 1} 16 bits apart (tile 2h's a0 / a1), 4c + {2, 3} (a2 / a3), and their
+    // high nibbles, elements 16 + 4c + i, for tile 2h + 1.
+    using T2 = typename Half16<XT>::T2;
+    constexpr int MB = std::is_same<XT, __half>::value ? 10 : 7;
+    constexpr uint32_t ONE = std::is_same<XT, __half>::value ? 0x74007400u : 0x7E807E80u;  // 2^14, 2^126
+    auto fix = [&](uint32_t v, uint32_t s2) {
+      T2 r = __hmul2(__hmul2(*reinterpret_cast<const T2*>(&v), *reinterpret_cast<const T2*>(&ONE)),
+                     *reinterpret_cast<const T2*>(&s2));
+      return *reinterpret_cast<uint32_t*>(&r);
+    };
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if (h == 1 && !full) {
+          a[2][r] = a[2][r + 2] = a[3][r] = a[3][r + 2] = 0u;
+          continue;
+        }
+        const uint8_t* b = (r ? pg8 : pg) + (2 * uu + h) * Traits<MXFP4>::BYTES;
+        const uint32_t w = perm(u32_a1(b + 1 + 4 * c), 0u, 0x3120), s2 = pack2<XT>(e8m0(b[0]), e8m0(b[0]));
+        a[2 * h][r] = fix(e2m1_pair_mb<MB, 0>(w), s2);
+        a[2 * h][r + 2] = fix(e2m1_pair_mb<MB, 2>(w), s2);
+        a[2 * h + 1][r] = fix(e2m1_pair_mb<MB, 1>(w), s2);
+        a[2 * h + 1][r + 2] = fix(e2m1_pair_mb<MB, 3>(w), s2);
+      }
+    }
+  } else if constexpr (PairConv<XT, CodeBits<T>::BITS>::OK) {  // codes straight to bf16/fp16 pairs
     Codes cg, cg8;
     decode_codes<T>(pg, uu, c, full, cg);
     decode_codes<T>(pg8, uu, c, full, cg8);

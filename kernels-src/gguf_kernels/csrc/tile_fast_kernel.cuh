@@ -146,21 +146,21 @@ __global__ void __launch_bounds__(32 * TF_WARPS, 2) tile_fast_kernel(const FastA
 }
 
 // ---- launch --------------------------------------------------------------------------------------
-// The types it is launched for, from same-run A/Bs on the H200 (NOTES.md v14) against the paths they
-// had (gemv_mma_kernel to M = 16, tile_kernel above), on 4096 -> 14336, 14336 -> 4096 and 4096 -> 4096:
-// Q4_0 1.00-1.25x at M = 9..32, MXFP4 1.03-1.17x, IQ4_XS 1.04-1.21x at M = 9..16 (0.92x at 32 on 14336
-// -> 4096), where the CTAs fill a wave; Q4_K, Q5_K (tile_kernel from M = 9: its scales folded into the
-// weights need no epilogue per token group) 0.75-0.99x, Q8_0 0.81-1.07x, all at M = 64 0.75-1.15x.
+// The types it is launched for, from same-run A/Bs on the H200 against the paths they had (NOTES.md
+// v14: gemv_mma_kernel to M = 16, tile_kernel above; Q4_0 1.00-1.25x at M = 9..32, MXFP4 1.03-1.17x,
+// IQ4_XS 1.04-1.21x at M = 9..16) and against v31's tile kernel (4096 -> 14336, 14336 -> 4096,
+// 4096 -> 4096): at M = 16 IQ4_XS 1.08-1.18x on the two large shapes (0.90x on 4096 -> 4096), MXFP4
+// 0.86-1.06x; at M = 32 MXFP4 0.74-0.99x and Q4_0 0.81-0.92x at 16 and 32, which now take the tile kernel.
 template <int T>
 constexpr bool tile_fast_type() {
-  return T == Q4_0 || T == IQ4_XS || T == MXFP4;
+  return T == IQ4_XS || T == MXFP4;
 }
-// Largest M it takes for type T: 32, 16 for IQ4_XS; GGUF_KERNELS_TILE_FAST_MAX_M overrides (0: off; up
-// to 64, for A/B runs).
+// Largest M it takes for type T: 16; GGUF_KERNELS_TILE_FAST_MAX_M overrides (0: off; up to 64, for A/B
+// runs).
 template <int T>
 int tile_fast_max_m() {
   static const int v = std::min(64, env_knob("GGUF_KERNELS_TILE_FAST_MAX_M", -1));
-  return v >= 0 ? v : (T == IQ4_XS ? 16 : 32);
+  return v >= 0 ? v : 16;
 }
 // Experiment knobs (0 = automatic): GGUF_KERNELS_TF_NT (token groups a tile: 2 or 4), _Z (K splits),
 // _S (stages).

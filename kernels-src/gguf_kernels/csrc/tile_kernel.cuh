@@ -34,8 +34,9 @@ struct TileGeom {
   static constexpr size_t SMEM = S * STAGE + IDS;
 };
 
+// Two CTAs an SM: at most 128 registers each (the NT = 8 forms use 116-128).
 template <int T, int NT, typename XT>
-__global__ void __launch_bounds__(32 * TILE_WARPS) tile_kernel(const GemvArgs a, float* __restrict__ ws) {
+__global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs a, float* __restrict__ ws) {
   using G = TileGeom<T, NT>;
   constexpr int TT = 8 * NT, CE = G::CE, S = G::S, CB = G::CB, ROWBUF = G::ROWBUF, PMAX = G::PMAX, XPITCH = G::XPITCH;
   constexpr int QA = NT >= 4 ? 1 : 4 / NT;  // independent accumulators per token group (mma latency)
@@ -43,9 +44,8 @@ __global__ void __launch_bounds__(32 * TILE_WARPS) tile_kernel(const GemvArgs a,
   extern __shared__ __align__(16) uint8_t dsmem[];
 
   constexpr int rows = TILE_ROWS;
-  // nth: blockDim.x (= 32 * TILE_WARPS) read at run time, as in the timed build; as a constant it
-  // lets the compiler unroll the copy loops, at 16 more registers (Q4_K, 64-token tile; untimed)
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nth = blockDim.x;
+  constexpr int NTH = 32 * TILE_WARPS;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int N = a.N, K = a.K;
   const int n0 = blockIdx.x * rows;
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(32 * TILE_WARPS) tile_kernel(const GemvArgs a,
     else out[(int64_t)orow[tok] * a.out_stride + row] = XIO<XT>::cvt(v);
   };
   if (a.mode != GEMV_DENSE && (expert < 0 || expert >= a.n_experts)) {  // unroutable pairs: zero rows
-    for (int i = tid; i < M * rows; i += nth) {
+    for (int i = tid; i < M * rows; i += NTH) {
       const int j = i / rows, r = n0 + i % rows;
       if (r < N) store(j, r, 0.f);
     }
@@ -93,20 +93,37 @@ __global__ void __launch_bounds__(32 * TILE_WARPS) tile_kernel(const GemvArgs a,
   // This split's chunks of K: [c0, c1).
   const int nchunks = (K + CE - 1) / CE, per = (nchunks + gridDim.z - 1) / gridDim.z;
   const int c0 = min(nchunks, (int)blockIdx.z * per), c1 = min(nchunks, c0 + per);
+  // Copies, each thread's share fixed for the whole loop (row pointers formed once; indices from a
+  // run-time loop over 128 x PMAX pieces cost ~30 instructions a cp.async, 17% of all at gpt-oss
+  // T = 512): weights, 8 threads a row taking pieces p, p + 8, ... (a warp's copy covers 128
+  // contiguous bytes of each of 4 rows; two threads a row, 32 bytes of each of 16 rows, ran 2-10%
+  // slower than that loop for the K-quants at M = 16..32, NOTES.md v31), rows tid / 8 + 32 i; activations, piece tid % 32 of tokens tid / 32 + 8 i. Rows past N are not
+  // copied: their stage bytes are stale, and their products are never stored.
+  constexpr int TPR = 8, RPP = NTH / TPR;
+  static_assert(rows % RPP == 0 && CE / 8 == 32 && NTH % 32 == 0, "copy shares");
+  const int cr = tid / TPR, cp = tid % TPR, xp = tid & 31, xj = tid >> 5;
+  const uint8_t* wrow = wbase + (int64_t)(n0 + cr) * a.row_bytes;
+  const int64_t wpass = (int64_t)RPP * a.row_bytes;
   auto issue = [&](int ch) {  // chunk ch -> stage ch % S
     if (ch < c1) {
-      uint8_t* ws = wbuf + (ch % S) * wstage;
       const uint32_t bytes = (uint32_t)min((int64_t)CB, a.row_bytes - (int64_t)ch * CB);
-      for (int idx = tid; idx < rows * PMAX; idx += nth) {
-        const int r = idx / PMAX, pc = idx - r * PMAX;
-        const uintptr_t s =
-            reinterpret_cast<uintptr_t>(wbase + (int64_t)min(n0 + r, N - 1) * a.row_bytes + (int64_t)ch * CB);
-        if (pc < rounded_pieces(s, bytes)) cp_async_piece(ws + r * ROWBUF, s, pc);
+#pragma unroll
+      for (int i = 0; i < rows / RPP; ++i) {
+        if (n0 + cr + RPP * i < N) {
+          uint8_t* ws = wbuf + (ch % S) * wstage + (cr + RPP * i) * ROWBUF;
+          const uintptr_t s = reinterpret_cast<uintptr_t>(wrow + i * wpass + (int64_t)ch * CB);
+          const int np = rounded_pieces(s, bytes);
+#pragma unroll
+          for (int pc = cp; pc < PMAX; pc += TPR)
+            if (pc < np) cp_async_piece(ws, s, pc);
+        }
       }
-      uint8_t* xs = xbuf + (ch % S) * TT * XPITCH;
-      for (int idx = tid; idx < TT * (CE / 8); idx += nth) {  // 16-byte pieces: 8 elements (K is a multiple of 32)
-        const int j = idx / (CE / 8), pc = idx % (CE / 8), k = ch * CE + 8 * pc;
-        uint8_t* dst = xs + j * XPITCH + pc * 16;
+      uint8_t* xs = xbuf + (ch % S) * TT * XPITCH + xp * 16;
+      const int k = ch * CE + 8 * xp;
+#pragma unroll
+      for (int i = 0; i < TT / (NTH / 32); ++i) {
+        const int j = xj + (NTH / 32) * i;
+        uint8_t* dst = xs + j * XPITCH;
         if (j < M && k < K) cp_async16(dst, xb + (int64_t)xrow[j] * a.x_stride + k);
         else *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
       }
@@ -131,24 +148,37 @@ __global__ void __launch_bounds__(32 * TILE_WARPS) tile_kernel(const GemvArgs a,
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue(c0 + s);
 
-  for (int ch = c0; ch < c1; ++ch) {
-    cp_async_wait<S - 2>();
-    __syncthreads();  // stage ch is in; every warp is done with stage ch - 1, which the next issue refills
-    issue(ch + S - 1);
-    const uint8_t* ws = wbuf + (ch % S) * wstage;
-    const uint8_t* xs = xbuf + (ch % S) * TT * XPITCH + g * XPITCH + 8 * c;
-    const uint8_t* pg = ws + r0 * ROWBUF + ((mis0 + (uint32_t)(ch * CB)) & 15u);
-    const uint8_t* pg8 = ws + (r0 + 8) * ROWBUF + ((mis8 + (uint32_t)(ch * CB)) & 15u);
+  // The stage loop for tiles of at most G token groups (G a constant: a run-time bound on the groups
+  // had ptxas recompute each B load's address, 3 more instructions a load).
+  auto stages = [&](auto gc) {
+    constexpr int G = decltype(gc)::value;
+    for (int ch = c0; ch < c1; ++ch) {
+      cp_async_wait<S - 2>();
+      __syncthreads();  // stage ch is in; every warp is done with stage ch - 1, which the next issue refills
+      issue(ch + S - 1);
+      const uint8_t* ws = wbuf + (ch % S) * wstage;
+      const uint8_t* xs = xbuf + (ch % S) * TT * XPITCH + g * XPITCH + 8 * c;
+      const uint8_t* pg = ws + r0 * ROWBUF + ((mis0 + (uint32_t)(ch * CB)) & 15u);
+      const uint8_t* pg8 = ws + (r0 + 8) * ROWBUF + ((mis8 + (uint32_t)(ch * CB)) & 15u);
 #pragma unroll
-    for (int uu = 0; uu < 4; ++uu) {
-      const int U = ch * 4 + uu;
-      if (U < nunits) {
-        const bool full = !BLOCK32 || U * 64 + 64 <= K;
-        unit_mma<T, XT, NT>(pg, pg8, uu, c, full, groups, [&](int t, int q) {
-          return *reinterpret_cast<const uint2*>(xs + t * 8 * XPITCH + (uu * 64 + 16 * q) * 2);
-        }, acc);
+      for (int uu = 0; uu < 4; ++uu) {
+        const int U = ch * 4 + uu;
+        if (U < nunits) {
+          const bool full = !BLOCK32 || U * 64 + 64 <= K;
+          unit_mma<T, XT, NT>(pg, pg8, uu, c, full, G, [&](int t, int q) {
+            return *reinterpret_cast<const uint2*>(xs + t * 8 * XPITCH + (uu * 64 + 16 * q) * 2);
+          }, acc);
+        }
       }
     }
+  };
+  // Full tiles on all NT groups; a tile of at most a quarter of them (MoE: an expert's last few
+  // pairs) on NT / 4, whose unused groups multiply zero rows.
+  if constexpr (NT >= 4) {
+    if (groups <= NT / 4) stages(std::integral_constant<int, NT / 4>{});
+    else stages(std::integral_constant<int, NT>{});
+  } else {
+    stages(std::integral_constant<int, NT>{});
   }
   cp_async_wait<0>();
 

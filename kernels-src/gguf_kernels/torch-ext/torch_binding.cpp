@@ -133,20 +133,25 @@ int moe_group_min() {
   static const int v = env_int("GGUF_KERNELS_MOE_GROUP_MIN", 32);
   return v;
 }
-// Dense M served by the tile kernel, from same-run A/Bs on the H200 (NOTES.md v8). Against the
-// tensor-core small-M kernel: faster from M = 17 for every type, and from M = 9 for Q4_K and Q5_K
-// (1.05-1.36x at M = 12-16; 0.6-0.9x for MXFP4, IQ4_XS and Q8_0 on 4096 -> 14336). Against
-// dequantize + cuBLAS: faster up to M = 32; at M = 64 only Q4_K gained everywhere (as two tiles of 32).
-// GGUF_KERNELS_TILE_MAX_M=0 turns the tile kernel off, for MoE too.
+// Dense M served by the tile kernel, from same-run A/Bs on the H200 (NOTES.md v8, v31). Against the
+// tensor-core small-M kernel: faster from M = 17 for every type, from M = 9 for Q4_K and Q5_K (v8),
+// and since v31 at M = 16 for Q6_K and Q8_0 (0.78-0.97x of its time) and Q4_0 (0.84-0.92x of
+// tile_fast_kernel's); MXFP4 and IQ4_XS keep tile_fast_kernel to M = 16. Against dequantize + cuBLAS
+// at M = 64 (two tiles of 32), since v31: 0.69-0.93x of its time for those types and MXFP4 on
+// 4096 -> 14336 and 14336 -> 4096, IQ4_XS 1.07x on 4096 -> 14336. The types not measured keep
+// M = 17..32. GGUF_KERNELS_TILE_MAX_M=0 turns the tile kernel off, for MoE too.
+bool tile_measured_type(int64_t qtype) {
+  return qtype == gq::Q4_0 || qtype == gq::Q4_K || qtype == gq::Q5_K || qtype == gq::Q6_K || qtype == gq::Q8_0;
+}
 int tile_min_m(int64_t qtype) {
   static const int v = env_int("GGUF_KERNELS_TILE_MIN_M", 0);
   if (v > 0) return v;
-  return qtype == gq::Q4_K || qtype == gq::Q5_K ? 9 : 17;
+  return tile_measured_type(qtype) ? 9 : 17;
 }
 int tile_max_m(int64_t qtype) {
   static const int v = env_int("GGUF_KERNELS_TILE_MAX_M", -1);
   if (v >= 0) return v;
-  return qtype == gq::Q4_K ? 64 : 32;
+  return tile_measured_type(qtype) || qtype == gq::MXFP4 ? 64 : 32;
 }
 // Tokens per tile: the smallest of 8, 16, 32, 64 that holds n, at most `cap`. Dense tiles stop at 32
 // tokens (M = 64 ran faster as two tiles of 32 than as one of 64 for Q4_K and Q6_K).
