@@ -22,7 +22,25 @@ struct DevProps {
   int optin;     // dynamic shared memory a CTA may opt in to (227 KB on the H200, 163 KB on the A100)
 };
 constexpr int kMaxDevices = 64;  // devices a process tracks (also the width of smem_attrs_once's mask)
+// The device of the op being launched on this thread, or -1: set by the torch binding for an op's
+// length (OpDevice, beside the CUDAGuard that makes it current), so that the launch rules' reads of
+// the current device (10-20 a stream launch) do not each ask the runtime.
+inline int& op_device() {
+  thread_local int dev = -1;
+  return dev;
+}
+class OpDevice {
+ public:
+  explicit OpDevice(int dev) : prev_(op_device()) { op_device() = dev; }
+  ~OpDevice() { op_device() = prev_; }
+  OpDevice(const OpDevice&) = delete;
+  OpDevice& operator=(const OpDevice&) = delete;
+
+ private:
+  int prev_;
+};
 inline int current_device() {
+  if (op_device() >= 0) return op_device();
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) {
     cudaGetLastError();

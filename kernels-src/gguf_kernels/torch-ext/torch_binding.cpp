@@ -26,6 +26,14 @@ namespace {
 
 using gq::DType;
 
+// An op's device made current (CUDAGuard) and named to the launch rules (gq::OpDevice), which read it
+// many times a launch.
+struct OnDevice {
+  c10::cuda::CUDAGuard guard;
+  gq::OpDevice op;
+  explicit OnDevice(const at::Device& d) : guard(d), op(d.index()) {}
+};
+
 // Returns f(std::integral_constant<int, T>{}) for the ggml type T that qtype names, `otherwise` for
 // a type the kernels do not have.
 template <typename R, typename F>
@@ -199,7 +207,7 @@ at::Tensor prep_ids(const at::Tensor& ids) {
 at::Tensor dequantize(const at::Tensor& packed, int64_t qtype, at::ScalarType dtype) {
   TypeInfo ti;
   at::Tensor p = prep_packed(packed, qtype, ti, 2, 2);
-  const c10::cuda::CUDAGuard guard(p.device());
+  const OnDevice on(p.device());
   const int64_t rows = p.size(0), rb = p.size(1), K = ti.cols(rb);
   at::Tensor out = at::empty({rows, K}, p.options().dtype(dtype));
   check_cuda(dispatch_dequant(qtype, p.data_ptr<uint8_t>(), rb, rows, rows, (int)K, nullptr, 0, out.data_ptr(),
@@ -213,7 +221,7 @@ at::Tensor get_rows(const at::Tensor& packed, const at::Tensor& ids, int64_t qty
   at::Tensor p = prep_packed(packed, qtype, ti, 2, 2);
   TORCH_CHECK(ids.device() == p.device(), "gguf_kernels: ids and packed on different devices");
   at::Tensor id = prep_ids(ids);
-  const c10::cuda::CUDAGuard guard(p.device());
+  const OnDevice on(p.device());
   const int64_t rb = p.size(1), K = ti.cols(rb);
   std::vector<int64_t> shape(id.sizes().begin(), id.sizes().end());
   shape.push_back(K);
@@ -241,7 +249,7 @@ at::Tensor matmul(const at::Tensor& x, const at::Tensor& packed, int64_t qtype) 
   TORCH_CHECK(x.device() == p.device(), "gguf_kernels: x and packed on different devices");
   const int64_t N = p.size(0), rb = p.size(1), K = ti.cols(rb);
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K, "gguf_kernels: x has ", x.size(-1), " columns, weight has ", K);
-  const c10::cuda::CUDAGuard guard(p.device());
+  const OnDevice on(p.device());
   at::Tensor xc = prep_act(x).reshape({-1, K});
   const int64_t M = xc.size(0);
   std::vector<int64_t> oshape(x.sizes().begin(), x.sizes().end() - 1);
@@ -332,7 +340,7 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
   TORCH_CHECK((x.dim() == 2 && x.size(0) == T) || (x.dim() == 3 && x.size(0) == T && x.size(1) == top_k),
               "gguf_kernels: x must be [T, K] or [T, top_k, K]");
   TORCH_CHECK(x.size(-1) == K, "gguf_kernels: x has ", x.size(-1), " columns, experts have ", K);
-  const c10::cuda::CUDAGuard guard(p.device());
+  const OnDevice on(p.device());
   at::Tensor out = at::empty({T, top_k, N}, x.options());
   if (P == 0 || N == 0) return out;
   at::Tensor xc = prep_act(x);
@@ -399,7 +407,7 @@ at::Tensor quantize(const at::Tensor& weight, int64_t qtype) {
   const int64_t K = weight.size(-1);
   TORCH_CHECK(K % ti.block == 0, "gguf_kernels: quantize: rows of ", K, " elements are not a multiple of the block size ",
               ti.block);
-  const c10::cuda::CUDAGuard guard(weight.device());
+  const OnDevice on(weight.device());
   std::vector<int64_t> shape(weight.sizes().begin(), weight.sizes().end() - 1);
   shape.push_back(K / ti.block * ti.bytes);
   at::Tensor out = at::empty(shape, weight.options().dtype(at::kByte));
