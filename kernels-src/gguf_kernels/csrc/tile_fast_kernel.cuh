@@ -146,11 +146,12 @@ __global__ void __launch_bounds__(32 * TF_WARPS, 2) tile_fast_kernel(const FastA
 }
 
 // ---- launch --------------------------------------------------------------------------------------
-// The types it is launched for, from same-run A/Bs on the H200 against the paths they had (NOTES.md
-// v14: gemv_mma_kernel to M = 16, tile_kernel above; Q4_0 1.00-1.25x at M = 9..32, MXFP4 1.03-1.17x,
-// IQ4_XS 1.04-1.21x at M = 9..16) and against v31's tile kernel (4096 -> 14336, 14336 -> 4096,
-// 4096 -> 4096): at M = 16 IQ4_XS 1.08-1.18x on the two large shapes (0.90x on 4096 -> 4096), MXFP4
-// 0.86-1.06x; at M = 32 MXFP4 0.74-0.99x and Q4_0 0.81-0.92x at 16 and 32, which now take the tile kernel.
+// The types it is launched for, from same-run A/Bs on the H200: against the paths they had (NOTES.md
+// v14: gemv_mma_kernel to M = 16, tile_kernel above), 1.00-1.25x faster for Q4_0 at M = 9..32, MXFP4
+// 1.03-1.17x, IQ4_XS 1.04-1.21x at M = 9..16. Against v31's tile kernel (its time over this kernel's,
+// 4096 -> 14336, 14336 -> 4096, 4096 -> 4096): IQ4_XS at M = 16 1.08-1.18 on the two large shapes
+// (0.90 on 4096 -> 4096), MXFP4 0.86-1.06 at 16 and 0.74-0.99 at 32, Q4_0 0.81-0.92 at 16 and 32: Q4_0
+// and MXFP4 above 16 now take the tile kernel.
 template <int T>
 constexpr bool tile_fast_type() {
   return T == IQ4_XS || T == MXFP4;

@@ -95,10 +95,11 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs
   const int c0 = min(nchunks, (int)blockIdx.z * per), c1 = min(nchunks, c0 + per);
   // Copies, each thread's share fixed for the whole loop (row pointers formed once; indices from a
   // run-time loop over 128 x PMAX pieces cost ~30 instructions a cp.async, 17% of all at gpt-oss
-  // T = 512): weights, 8 threads a row taking pieces p, p + 8, ... (a warp's copy covers 128
-  // contiguous bytes of each of 4 rows; two threads a row, 32 bytes of each of 16 rows, ran 2-10%
-  // slower than that loop for the K-quants at M = 16..32, NOTES.md v31), rows tid / 8 + 32 i; activations, piece tid % 32 of tokens tid / 32 + 8 i. Rows past N are not
-  // copied: their stage bytes are stale, and their products are never stored.
+  // T = 512). Weights: 8 threads a row taking pieces p, p + 8, ..., rows tid / 8 + 32 i (a warp's
+  // copy covers 128 contiguous bytes of each of 4 rows; two threads a row, 32 bytes of each of 16
+  // rows, ran 2-10% slower than that loop for the K-quants at M = 16..32, NOTES.md v31). Rows past N
+  // are not copied: their stage bytes are stale, and their products are never stored. Activations:
+  // piece tid % 32 of tokens tid / 32 + 8 i.
   constexpr int TPR = 8, RPP = NTH / TPR;
   static_assert(rows % RPP == 0 && CE / 8 == 32 && NTH % 32 == 0, "copy shares");
   const int cr = tid / TPR, cp = tid % TPR, xp = tid & 31, xj = tid >> 5;
