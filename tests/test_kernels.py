@@ -155,6 +155,27 @@ def test_matmul_stream(name, M, rng):
         check_matmul(name, M, 999, K, rng)
 
 
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "IQ4_XS", "MXFP4"])
+def test_matmul_stream_row_pairs(name, rng):
+    """M = 1 on rows of whole 16-byte pieces with K of 13 and 15 chunks: on row pairs (where the rule
+    takes them; test_matmul_stream_row_pairs_forced runs them there), whose lanes keep one product a
+    pair of groups from row 0's chunk kap or row 1's chunk kap ^ 2 (v32), the last stage of 5 and 7
+    chunks has lanes with one of those two chunks past it; N = 999 (a last unit of one row)."""
+    ce = 512 if name in ("IQ4_XS", "MXFP4") else 256
+    for K in (13 * ce, 15 * ce):
+        check_matmul(name, 1, 999, K, rng)
+
+
+def test_matmul_stream_row_pairs_forced():
+    """test_matmul_stream_row_pairs and test_matmul_stream_one (K = 2816: a last stage of 3 chunks; a
+    last unit of one row) with M = 1 on row pairs only (GGUF_KERNELS_FAST_ONE=0), in a child: with one
+    kept value a lane (v32), and with the former epilogue (GGUF_KERNELS_FAST_ONE1=0), which MoE pairs on
+    row pairs keep."""
+    select = "test_matmul_stream_row_pairs and not forced or test_matmul_stream_one"
+    run_child({"GGUF_KERNELS_FAST_ONE": "0"}, __file__, select, "13 passed")
+    run_child({"GGUF_KERNELS_FAST_ONE": "0", "GGUF_KERNELS_FAST_ONE1": "0"}, __file__, select, "13 passed")
+
+
 @pytest.mark.parametrize("M", [3, 4, 5, 6, 8])
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])
 def test_matmul_stream_ksplit(name, M, rng):

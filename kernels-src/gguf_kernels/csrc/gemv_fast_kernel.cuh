@@ -354,7 +354,11 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   // MoE over hit experts (EXP): a unit is 16 rows of one expert that the pairs hit, times all the
   // (at most 8) tokens, stored to the pairs that chose it
   constexpr bool EXP = MOE && MT == 8;
-  static_assert(!ONE || (MT == 2 && !RAG), "one kept value a lane: one x row a unit on the MT = 2 geometry");
+  static_assert(!ONE || ((MT == 2 || (MT == 1 && !MOE)) && !RAG),
+                "one kept value a lane: one x row a unit on the MT = 2 geometry, or dense row pairs (MT = 1)");
+  // ONE on row pairs (ONE1, NOTES.md v32): A's rows g + 8 hold row 1's chunk g ^ 2 and B's column j
+  // chunk j ^ 4 in odd groups, so that lane (g, c) keeps one product a pair of groups (role c ^ (g >> 1))
+  constexpr bool ONE1 = ONE && MT == 1;
   static_assert(!KS || (MT == 8 && !MOE && !RAG), "K split over a cluster: dense MT = 8");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
   const int RS = stream_rs<T, MT, RAG>(), STAGE = RPU * RS;
@@ -621,7 +625,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   // kept products: lane (g, c) holds columns 2c, 2c + 1; the one of chunk kap is element g & 1, when
   // it is there; its token is (2c + (g & 1)) / CPS
   const bool keep = (2 * c) % CPS == (kap & ~1);
-  const int one_t = c ^ kap;  // ONE: the lane's role
+  const int one_t = c ^ (ONE1 ? g >> 1 : kap);  // ONE: the lane's role
   const int tok = MT == 8 ? 2 * c : (2 * c + (g & 1)) / CPS;  // MT = 8: tokens 2c and 2c + 1
   // MT = 8, the x rows whose records B column g and the lane's tokens read: EXP holds the records of its
   // nx tokens only, and a token past them (never stored) reads row 0's
@@ -695,6 +699,9 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     const int mis = L::MIS ? (kph + c0 * L::CB) & 15 : 0;  // where the stage's copy starts before its first chunk
     const uint8_t* rg = buf + cur * STAGE + rho * RS + mis + (ch - c0) * L::CB;
     const uint8_t* rg8 = rg + MT * RS;
+    const bool live8 = ONE1 ? (kap ^ 2) < nch - c0 : live;  // ONE1: row 1's chunk kap ^ 2
+    const int ch8 = ONE1 ? c0 + (live8 ? kap ^ 2 : 0) : ch;
+    if constexpr (ONE1) rg8 = buf + cur * STAGE + (rho + 1) * RS + mis + (ch8 - c0) * L::CB;
     if constexpr (RAG && MT == 8) {  // rows at their own offsets, in slot_row's order
       rg = buf + cur * STAGE + g * RS + (((uintptr_t)wa + c0 * L::CB) & 15);
       rg8 = buf + cur * STAGE + (g + 8) * RS + (((uintptr_t)wb + c0 * L::CB) & 15);
@@ -706,12 +713,13 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     const uint8_t* Bp = xrec + (MOE && !EXP ? 0 : rec_off(MT == 8 ? tb : rho)) + (size_t)ch * R::bstride() + c * (8 * STEPS);
     const uint8_t* Bo = Bp;  // ONE: column g of odd groups
     if constexpr (ONE) {  // column g holds chunk (g >> 1) ^ (g & 1) in even groups, that ^ 2 in odd ones
-      const int ne = (g >> 1) ^ (g & 1), no = ne ^ 2;
+                          // (ONE1: chunk g, and g ^ 4)
+      const int ne = ONE1 ? g : (g >> 1) ^ (g & 1), no = ne ^ (ONE1 ? 4 : 2);
       Bp = xrec + (size_t)(c0 + (ne < nch - c0 ? ne : 0)) * R::bstride() + c * (8 * STEPS);
       Bo = xrec + (size_t)(c0 + (no < nch - c0 ? no : 0)) * R::bstride() + c * (8 * STEPS);
     }
     const uint8_t* Sp = xrec + ((MOE && !EXP) || ONE ? 0 : rec_off(MT == 8 ? t0 : tok)) + (size_t)nch * R::bstride() +
-                        (size_t)ch * R::sstride();
+                        (size_t)(ONE1 && (one_t & 1) ? ch8 : ch) * R::sstride();
     const auto product = [&](int q, const uint32_t (&A)[2][4], float (&D)[4]) {
       uint32_t b[4] = {0u, 0u, 0u, 0u};
       const uint8_t* Bq = (ONE && (q & 1) ? Bo : Bp) + q * R::BREC;
@@ -755,12 +763,15 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       constexpr int DEF = GPC > 16 ? 8 : GPC;
       float ev[DEF / 2];
       const uint8_t* myc = (one_t & 1) ? rg8 : rg;
+      const bool mylive = (one_t & 1) ? live8 : live;
       L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
         float D[4];
         product(q, A, D);
-        const float v = (one_t & 1) ? D[3] : D[0];
+        // ONE1: D[2 (t & 1) + (g & 1)] (row t & 1, column g or g ^ 2, whose chunk is that row's)
+        const float v = ONE1 ? ((one_t & 1) ? ((g & 1) ? D[3] : D[2]) : ((g & 1) ? D[1] : D[0]))
+                             : (one_t & 1) ? D[3] : D[0];
         if ((q & 1) == (one_t >> 1)) ev[(q % DEF) >> 1] = v;
-        if (q % DEF == DEF - 1 && live) {
+        if (q % DEF == DEF - 1 && mylive) {
 #pragma unroll
           for (int j = 0; j < DEF / 2; ++j) {
             const int G = q - (DEF - 1) + 2 * j + (one_t >> 1);
@@ -797,7 +808,13 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
                                                   // lanes of one (row, token): chunks kap, and columns c
                                                   // of the same token
       constexpr int RED = MT == 8 ? 0 : ((CPS - 1) << 2) | (CPS / 2 - 1);
-      if constexpr (ONE) {  // a row's 8 lanes: lane bit 4 and bit 0 ^ bit 2 fixed
+      if constexpr (ONE1) {  // a row's 16 lanes: lane bit 0 ^ bit 3 fixed (row 1 where it is set)
+        for (int o : {2, 4, 16, 9}) acc[0] += __shfl_xor_sync(0xFFFFFFFFu, acc[0], o);
+        if (lane < 2) {  // lanes 0, 1: rows 0, 1
+          const int r = row0 + lane;
+          if (r < N) store_out(a, obase + r, zero ? 0.f : acc[0]);
+        }
+      } else if constexpr (ONE) {  // a row's 8 lanes: lane bit 4 and bit 0 ^ bit 2 fixed
         for (int o : {2, 8, 5}) acc[0] += __shfl_xor_sync(0xFFFFFFFFu, acc[0], o);
         if ((lane & ~17) == 0) {  // lanes 0, 16, 1, 17: rows 0, 1, 2, 3
           const int r = row0 + (g >> 2) + 2 * ((c ^ g) & 1);
@@ -1272,6 +1289,10 @@ inline bool knob_one_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_ONE");
   return v;
 }
+inline bool knob_one1_off() {  // GGUF_KERNELS_FAST_ONE1=0: dense M = 1 row pairs keep their former epilogue
+  static const bool v = env_off("GGUF_KERNELS_FAST_ONE1");
+  return v;
+}
 inline bool knob_one_force() {  // GGUF_KERNELS_FAST_ONE=2: ONE wherever it takes the case (A/B timing)
   static const bool v = env_knob("GGUF_KERNELS_FAST_ONE") == 2;
   return v;
@@ -1298,7 +1319,11 @@ cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream
                     (one.work == old.work && one.WPC >= tie_warps)))
       return launch_choice<T, XT, MOE, 2, false, true>(a, one, stream);
   }
-  return mt2 ? launch_choice<T, XT, MOE, 2, false>(a, old, stream) : launch_choice<T, XT, MOE, 1, false>(a, old, stream);
+  if (mt2) return launch_choice<T, XT, MOE, 2, false>(a, old, stream);
+  if constexpr (!MOE) {  // dense row pairs with one kept value a lane (ONE1, NOTES.md v32), the same geometry
+    if (!knob_one1_off()) return launch_choice<T, XT, MOE, 1, false, true>(a, old, stream);
+  }
+  return launch_choice<T, XT, MOE, 1, false>(a, old, stream);
 }
 
 // M <= stream_max_m() (default 8) goes to gemv_stream_kernel (MT = 1, 2, 4 or 8 tokens) unless
