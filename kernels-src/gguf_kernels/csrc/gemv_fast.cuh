@@ -194,7 +194,6 @@ GQ_HD uint32_t ldw_c(const uint8_t* p, int a) {
 // c's word (its bytes i hold elements 4c + i and 16 + 4c + i): two LOP3 (magnitude and sign bits) and
 // two IMAD (moved into place) where the table lookup (IQ4_XS) is about 8 ALU instructions, and the
 // M = 1 kernels are bound by the ALU pipe (NOTES.md v20).
-template <int P> GQ_HD uint32_t e2m1_pair(uint32_t w) { return e2m1_pair_mb<10, P>(w); }
 template <> struct FT<MXFP4> {
   static constexpr bool OK = true, HAS_MIN = false, MIS = false;
   static constexpr int CE = 512, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 0;
@@ -210,8 +209,8 @@ template <> struct FT<MXFP4> {
       const uint8_t* b = rg + 17 * j;
       const uint8_t* b8 = rg8 + 17 * j;
       const uint32_t w = ldw_c(b + 1 + 4 * c, j + 1), w8 = ldw_c(b8 + 1 + 4 * c, j + 1 + AL8);
-      uint32_t A[2][4] = {{e2m1_pair<0>(w), e2m1_pair<0>(w8), e2m1_pair<2>(w), e2m1_pair<2>(w8)},
-                          {e2m1_pair<1>(w), e2m1_pair<1>(w8), e2m1_pair<3>(w), e2m1_pair<3>(w8)}};
+      uint32_t A[2][4] = {{e2m1_pair_mb<10, 0>(w), e2m1_pair_mb<10, 0>(w8), e2m1_pair_mb<10, 2>(w), e2m1_pair_mb<10, 2>(w8)},
+                          {e2m1_pair_mb<10, 1>(w), e2m1_pair_mb<10, 1>(w8), e2m1_pair_mb<10, 3>(w), e2m1_pair_mb<10, 3>(w8)}};
       f(j, A, e8m0(b[0]), e8m0(b8[0]), 0.f, 0.f);
     }
   }

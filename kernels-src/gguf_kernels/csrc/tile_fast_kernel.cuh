@@ -156,10 +156,8 @@ template <int T>
 constexpr bool tile_fast_type() {
   return T == IQ4_XS || T == MXFP4;
 }
-// Largest M it takes for type T: 16; GGUF_KERNELS_TILE_FAST_MAX_M overrides (0: off; up to 64, for A/B
-// runs).
-template <int T>
-int tile_fast_max_m() {
+// Largest M it takes: 16; GGUF_KERNELS_TILE_FAST_MAX_M overrides (0: off; up to 64, for A/B runs).
+inline int tile_fast_max_m() {
   static const int v = std::min(64, env_knob("GGUF_KERNELS_TILE_FAST_MAX_M", -1));
   return v >= 0 ? v : 16;
 }
@@ -219,7 +217,7 @@ size_t tile_fast_plan(int N, int K, int M, int64_t row_bytes, TileFastChoice& ch
   if constexpr (!tile_fast_type<T>()) {
     return 0;
   } else {
-    if (M <= 8 || M > tile_fast_max_m<T>() || !rows_fit<T>(K, row_bytes)) return 0;
+    if (M <= 8 || M > tile_fast_max_m() || !rows_fit<T>(K, row_bytes)) return 0;
     ch = tile_fast_choice<T>(N, K, M);
     // at least one CTA an SM (IQ4_XS / MXFP4 4096 -> 4096 at M = 9..16, on 128 CTAs: 0.81-0.84x)
     if (ch.ctas * ch.Z < num_sms() || ch.tiles > 65535 || ch.smem > (size_t)dev_props().optin) return 0;
