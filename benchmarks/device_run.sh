@@ -3,7 +3,8 @@
 # compute-sanitizer and the benchmark, with llama.cpp's matmuls timed beside ours.
 #   bash benchmarks/device_run.sh [OUTDIR]
 # Needs .whl/ (gguf, kernels, transformers wheels) and, for llama.cpp, .dev/llama.tgz (packed by
-# shared/tools/llamacpp-on-device.sh). NO_LLAMA=1 skips llama.cpp; QUICK=1 runs a short bench.
+# shared/tools/llamacpp-on-device.sh). NO_LLAMA=1 skips llama.cpp; QUICK=1 runs a short bench;
+# REUSE_BUILD=1 keeps a build already in /tmp/kb (one made earlier in the same call).
 set -o pipefail
 OUTD=${1:-${OUT:-/tmp/gguf_out}}; mkdir -p "$OUTD"
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
@@ -18,8 +19,11 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-6}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-python3 -m gguf_quant.build_kernels --out /tmp/kb > "$OUTD/build.log" 2>&1 || { tail -40 "$OUTD/build.log"; exit 1; }
-el "kernels built: $(tail -1 "$OUTD/build.log")"
+if [ -n "$REUSE_BUILD" ] && [ -d /tmp/kb/build ]; then el "kernels: the build already in /tmp/kb (REUSE_BUILD)"
+else
+  python3 -m gguf_quant.build_kernels --out /tmp/kb > "$OUTD/build.log" 2>&1 || { tail -40 "$OUTD/build.log"; exit 1; }
+  el "kernels built: $(tail -1 "$OUTD/build.log")"
+fi
 export GGUF_QUANT_KERNELS=/tmp/kb GGUF_QUANT_KERNELS_HUB=0
 timeout 400 python3 -m pytest tests/test_kernels.py tests/test_kernels_quantize_gpu.py tests/test_gpu_models.py -q \
   -p no:cacheprovider --maxfail=20 2>&1 | tee "$OUTD/test.log" | tail -25

@@ -1174,14 +1174,15 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
     // Few units: fewer warps per CTA, a unit each, on more SMs; or, MT = 2 and 4 (NOTES.md v10), where
     // that leaves at most 4 warps per SM or chains of 8 stages and more, all the warps, each CTA's stages
     // split evenly over them, if that at least halves the busiest warp's chain (MT = 8 lost 4-35% split,
-    // MT = 2 with 8 warps of 4 stages 11%).
+    // MT = 2 with 8 warps of 4 stages 11%). Not ONE, whose kernel does not split: sized as split, its
+    // units sat on the first CTAs (NOTES.md v33).
     const int few = std::max(1, (units + sms - 1) / sms);
     const int64_t items = (int64_t)units * nst;
     const int W = (int)std::min<int64_t>(best.WPC, (items + sms - 1) / sms);  // on as many SMs as there are
     const int G = (int)std::min<int64_t>({best_cap / best.WPC, (items + W - 1) / W, units});  // CTAs
     const size_t smem = smem_for(W) + sizeof(float) * split_slot(MT) * ((units + G - 1) / G);
     const int64_t pw = (items + (int64_t)G * W - 1) / ((int64_t)G * W);
-    if ((MT == 2 || MT == 4) && !MOE && !knob_split_off() && (few <= 4 || nst >= 8) && nst >= 2 * pw &&
+    if ((MT == 2 || MT == 4) && !MOE && !ONE && !knob_split_off() && (few <= 4 || nst >= 8) && nst >= 2 * pw &&
         smem <= stream_smem_cap() && stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE>(W, smem) * sms >= G) {
       best = {W, S, G, smem, 1, pw * W};
       per_warp = pw;
@@ -1304,7 +1305,11 @@ inline bool knob_one_force() {  // GGUF_KERNELS_FAST_ONE=2: ONE wherever it take
 // Q4_0 lost 9% and Q5_K 2%; NOTES.md v11). MoE pairs with K of at most 8 chunks, where the former's
 // units are one stage each, take ONE wherever it takes them: its units of 4 rows pay the once-a-unit
 // work half as often (Qwen3-30B-A3B's gate, K = 2048, Q4_K at T = 8: 27.1 -> 21.0 us, same call;
-// NOTES.md v15). GGUF_KERNELS_FAST_ONE=0: the former only.
+// NOTES.md v15). Dense Q4_0, Q4_K and Q5_K, whose row pairs keep one value a lane (ONE1, v32), take ONE
+// only where it gives the busiest SM under 0.85 of the former's stages (ONE / former, same call: 5120 ->
+// 13824 at 0.82 of the stages 0.92-0.96x the time, 1536 -> 8960 at 0.895 1.11-1.17x, 4096 -> 14336 at
+// 0.98 1.07-1.10x); they and Q8_0 not with fewer than 8 warps a CTA (few units: 4864 -> 896, 2 warps
+// a CTA, 1.30-1.36x; NOTES.md v33). GGUF_KERNELS_FAST_ONE=0: the former only.
 template <int T, typename XT, bool MOE>
 cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream_t stream) {
   const int P = MOE ? a.P : 1, u2 = P * ((a.N + 3) / 4), u1 = P * ((a.N + 1) / 2);
@@ -1315,8 +1320,12 @@ cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream
   if (!knob_one_off()) {
     const StreamChoice one = stream_choice<T, XT, MOE, 2, false, true>(a, u2, fixed);
     constexpr int tie_warps = T == IQ4_XS || T == MXFP4 ? 8 : 12;
-    if (one.WPC && (knob_one_force() || (MOE && nch <= 8) || !old.WPC || one.work < old.work ||
-                    (one.work == old.work && one.WPC >= tie_warps)))
+    constexpr bool one1_rule = !MOE && (T == Q4_0 || T == Q4_K || T == Q5_K);
+    constexpr int min_warps = !MOE && (one1_rule || T == Q8_0) ? 8 : 1;
+    const bool fewer = one1_rule && !knob_one1_off()
+                           ? 20 * one.work < 17 * old.work
+                           : one.work < old.work || (one.work == old.work && one.WPC >= tie_warps);
+    if (one.WPC && (knob_one_force() || (MOE && nch <= 8) || !old.WPC || (fewer && one.WPC >= min_warps)))
       return launch_choice<T, XT, MOE, 2, false, true>(a, one, stream);
   }
   if (mt2) return launch_choice<T, XT, MOE, 2, false>(a, old, stream);
