@@ -1290,7 +1290,9 @@ inline bool knob_one_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_ONE");
   return v;
 }
-inline bool knob_one1_off() {  // GGUF_KERNELS_FAST_ONE1=0: dense M = 1 row pairs keep their former epilogue
+// GGUF_KERNELS_FAST_ONE1=0: dense M = 1 row pairs keep their former epilogue (and Q4_0, Q4_K, Q5_K v11's
+// stage rule against ONE)
+inline bool knob_one1_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_ONE1");
   return v;
 }
@@ -1309,7 +1311,7 @@ inline bool knob_one_force() {  // GGUF_KERNELS_FAST_ONE=2: ONE wherever it take
 // only where it gives the busiest SM under 0.85 of the former's stages (ONE / former, same call: 5120 ->
 // 13824 at 0.82 of the stages 0.92-0.96x the time, 1536 -> 8960 at 0.895 1.11-1.17x, 4096 -> 14336 at
 // 0.98 1.07-1.10x); they and Q8_0 not with fewer than 8 warps a CTA (few units: 4864 -> 896, 2 warps
-// a CTA, 1.30-1.36x; NOTES.md v33). GGUF_KERNELS_FAST_ONE=0: the former only.
+// a CTA, 1.30-1.37x; NOTES.md v33). GGUF_KERNELS_FAST_ONE=0: the former only.
 template <int T, typename XT, bool MOE>
 cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream_t stream) {
   const int P = MOE ? a.P : 1, u2 = P * ((a.N + 3) / 4), u1 = P * ((a.N + 1) / 2);
