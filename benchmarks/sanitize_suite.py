@@ -1,0 +1,89 @@
+"""The GPU correctness suite under compute-sanitizer memcheck, in parallel shards (on the GPU machine).
+
+    python benchmarks/sanitize_suite.py [--shards 12] [--timeout 450] [tests/test_kernels.py ...]
+
+Collects the suite's test ids, deals them round-robin over `--shards` processes, runs each shard as
+`compute-sanitizer --tool memcheck python -m pytest <ids>`, and prints one row per shard: the tests
+it passed, failed and skipped, and memcheck's error count. A shard cut off by `--timeout` says so, and
+its row counts the tests that finished. Exit status 0 only when every shard finished with no failure
+and no memcheck error.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+DEFAULT_FILES = ["tests/test_kernels.py", "tests/test_kernels_quantize_gpu.py"]
+
+
+def collect(files: list[str]) -> list[str]:
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+                         capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if "::" in line]
+
+
+def summary(log: str) -> dict:
+    """Counts from a shard's log: pytest's last line (or, cut off, its progress characters) and
+    memcheck's error summaries (one a process it followed)."""
+    errors = [int(m.group(1)) for m in re.finditer(r"ERROR SUMMARY: (\d+) error", log)]
+    out = {"memcheck_errors": sum(errors), "memcheck_reports": len(errors)}
+    last = re.findall(r"^(\d+ (?:passed|failed|skipped|error).*) in [\d.]+s", log, re.M)
+    if last:
+        counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?)", last[-1])}
+        out.update(passed=counts.get("passed", 0), skipped=counts.get("skipped", 0),
+                   failed=counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0))
+    else:
+        progress = "".join(re.findall(r"^([.sFE]+)(?:\s+\[\s*\d+%\])?$", log, re.M))
+        out.update(passed=progress.count("."), skipped=progress.count("s"),
+                   failed=progress.count("F") + progress.count("E"))
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("files", nargs="*", default=DEFAULT_FILES)
+    p.add_argument("--shards", type=int, default=12)
+    p.add_argument("--timeout", type=float, default=450.0, help="seconds for every shard")
+    p.add_argument("--logs", default=os.environ.get("OUT", "/tmp") + "/sanitize_suite")
+    args = p.parse_args()
+    ids = collect(args.files)
+    os.makedirs(args.logs, exist_ok=True)
+    shards = [ids[i::args.shards] for i in range(args.shards)]
+    t0 = time.time()
+    procs = []
+    for i, shard in enumerate(shards):
+        log = open(os.path.join(args.logs, f"shard{i}.log"), "w")
+        cmd = ["compute-sanitizer", "--tool", "memcheck", "--print-limit", "5", sys.executable, "-m", "pytest",
+               "-q", "-p", "no:cacheprovider", *shard]
+        procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log))
+    timed_out = []
+    for i, (proc, log) in enumerate(procs):
+        try:
+            proc.wait(timeout=max(1.0, args.timeout - (time.time() - t0)))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            timed_out.append(i)
+        log.close()
+    print(f"{len(ids)} tests of {', '.join(args.files)} in {args.shards} shards, {time.time() - t0:.0f} s\n")
+    print("| shard | tests | passed | failed | skipped | memcheck errors | finished |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    ok = True
+    total = {"passed": 0, "failed": 0, "skipped": 0, "memcheck_errors": 0}
+    for i, shard in enumerate(shards):
+        s = summary(open(os.path.join(args.logs, f"shard{i}.log")).read())
+        done = i not in timed_out and s["memcheck_reports"] > 0
+        ok &= done and s["failed"] == 0 and s["memcheck_errors"] == 0
+        for key in total:
+            total[key] += s[key]
+        print(f"| {i} | {len(shard)} | {s['passed']} | {s['failed']} | {s['skipped']} | {s['memcheck_errors']} | "
+              f"{'yes' if done else 'no (timeout)' if i in timed_out else 'no'} |")
+    print(f"| all | {len(ids)} | {total['passed']} | {total['failed']} | {total['skipped']} | "
+          f"{total['memcheck_errors']} | {args.shards - len(timed_out)} of {args.shards} |")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
