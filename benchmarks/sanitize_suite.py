@@ -19,9 +19,11 @@ DEFAULT_FILES = ["tests/test_kernels.py", "tests/test_kernels_quantize_gpu.py"]
 
 
 def collect(files: list[str]) -> list[str]:
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
-                         capture_output=True, text=True, check=True).stdout
-    return [line for line in out.splitlines() if "::" in line]
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"collecting {' '.join(files)} failed (pytest exit {r.returncode}):\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+    return [line for line in r.stdout.splitlines() if "::" in line]
 
 
 def summary(log: str) -> dict:
