@@ -24,7 +24,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "gemv_fast_kernel.cuh"
+#include "gemv_fast_launch.cuh"
 #include "launch.h"
 
 #define CK(x)                                                                              \

@@ -13,7 +13,7 @@
 // fp32 workspace that split_reduce_kernel adds up (16 rows a CTA with 8 warps on 8 chunks of a stage
 // copied 4x the weight bytes in records and ran 1.5-2x slower than tile_kernel at 14336 -> 4096).
 #pragma once
-#include "gemv_fast_kernel.cuh"
+#include "gemv_fast_launch.cuh"
 #include "tile_kernel.cuh"  // launch_split_reduce
 
 namespace gq {

@@ -166,7 +166,7 @@ static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M
   return 0;
 }
 
-// gemv_stream_kernel's dense path (gemv_fast_kernel.cuh, kept in step by hand): MT = 1, 2, 4, 8 tokens
+// gemv_stream_kernel's dense path (gemv_stream_kernel.cuh, kept in step by hand): MT = 1, 2, 4, 8 tokens
 // for M = 1, 2, 3..4, 5..8; a unit is RPU = 2 MT rows, a stage CPS = 8 / MT chunks of each. Lane (g, c),
 // rho = g / CPS, kap = g % CPS, decodes rows rho, rho + MT at chunk kap; B column g is token rho's
 // chunk kap; the products where the chunks agree are kept and summed over the lanes of one (row, token).

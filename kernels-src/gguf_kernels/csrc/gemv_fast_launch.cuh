@@ -1,0 +1,760 @@
+// Host side of the fast small-M matmul: environment knobs, launches (dependent, clustered), and the
+// rules that pick a kernel and its geometry for each call (gemv_fast_kernel.cuh, gemv_stream_kernel.cuh).
+#pragma once
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <unordered_set>
+
+#include "gemv_stream_kernel.cuh"
+#include "launch.h"
+
+namespace gq {
+namespace fast {
+
+// An integer knob from the environment: its value, or `unset` when it is not set.
+inline int env_knob(const char* name, int unset = 0) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : unset;
+}
+// A default-on path's switch: off when `name` is set to 0.
+inline bool env_off(const char* name) { return std::getenv(name) && !env_knob(name); }
+
+// A matmul kernel here starts as a programmatic dependent launch (PDL) of the kernel before it on the
+// stream (`pdl`), so that its CTAs are placed, and start, while that kernel's last CTAs run; each
+// waits (griddepcontrol.wait) before it reads anything. A plain launch where the launch with the
+// attribute fails, or GGUF_KERNELS_PDL=0.
+inline bool knob_pdl_off() {
+  static const bool v = env_off("GGUF_KERNELS_PDL");
+  return v;
+}
+// Clusters of z CTAs along x.
+inline cudaLaunchAttribute cluster_attr(int z) {
+  cudaLaunchAttribute at = {};
+  at.id = cudaLaunchAttributeClusterDimension;
+  at.val.clusterDim.x = z;
+  at.val.clusterDim.y = at.val.clusterDim.z = 1;
+  return at;
+}
+// `cluster` > 1: clusters of that many CTAs along x (no plain launch then: the kernel needs them).
+template <typename K, typename... A>
+cudaError_t launch_kernel_clustered(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                                    int cluster, A... a) {
+  pdl = pdl && !knob_pdl_off();
+  if (pdl || cluster > 1) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[2];
+    int n = 0;
+    if (cluster > 1) attr[n++] = cluster_attr(cluster);
+    if (pdl) {
+      attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[n].val.programmaticStreamSerializationAllowed = 1;
+      ++n;
+    }
+    cfg.attrs = attr;
+    cfg.numAttrs = n;
+    if (cudaLaunchKernelEx(&cfg, kernel, a...) == cudaSuccess) return cudaGetLastError();
+    cudaGetLastError();
+    if (cluster > 1) {  // without PDL (the cluster attribute comes first), else not at all
+      cfg.numAttrs = 1;
+      if (pdl && cudaLaunchKernelEx(&cfg, kernel, a...) == cudaSuccess) return cudaGetLastError();
+      cudaGetLastError();
+      return cudaErrorNotSupported;
+    }
+  }
+  kernel<<<grid, block, smem, stream>>>(a...);
+  return cudaGetLastError();
+}
+template <typename K, typename... A>
+cudaError_t launch_kernel(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl, A... a) {
+  return launch_kernel_clustered(kernel, grid, block, smem, stream, pdl, 1, a...);
+}
+
+// Rows both kernels here take: whole chunks of K, packed, a multiple of 16 bytes long (so every row,
+// and every stage of the stream kernel but Q6_K's, starts 16-byte aligned).
+template <int T>
+bool rows_fit(int K, int64_t row_bytes) {
+  using L = FT<T>;
+  if constexpr (!L::OK) {
+    return false;
+  } else {
+    return K > 0 && K % L::CE == 0 && row_bytes % 16 == 0 && row_bytes == (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES;
+  }
+}
+// Ragged rows gemv_stream_kernel<..., RAG> takes at M = 1 (and MoE pairs): whole blocks, packed, rows and
+// experts starting 4-byte aligned, so its decoders' word alignments stay compile-time constants; MXFP4
+// only rows of 4k + 2 bytes (K = 2880: even rows 4-byte aligned, odd ones 2 bytes past, chunk_ragged),
+// its rows of 4k bytes (K = 768) stay on gemv_mma_kernel. Only the types whose blocks are not a
+// multiple of 16 bytes have such rows.
+template <int T>
+constexpr bool may_rag() {
+  return FT<T>::OK && Traits<T>::BYTES % 16 != 0;
+}
+template <int T>
+bool rows_rag(int N, int K, int64_t row_bytes, int64_t expert_bytes) {
+  if constexpr (!may_rag<T>()) {
+    return false;
+  } else {
+    return N >= 2 && K > 0 && K % Traits<T>::BLOCK == 0 && row_bytes == (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES &&
+           row_bytes % 4 == (T == MXFP4 ? 2 : 0) && expert_bytes % 4 == 0;
+  }
+}
+
+// Scratch bytes for the prep records of gemv_fast_kernel, or 0 when it does not take (T, K, M, row_bytes).
+template <int T>
+size_t scratch_bytes(int K, int M, int64_t row_bytes) {
+  // Q6_K (16-element groups: twice the B records, 4 instructions per weight) measured no faster than
+  // gemv_mma_kernel at M = 1 and slower at M = 8 on this kernel (NOTES.md v4): only the stream kernel
+  // takes it, unless GGUF_KERNELS_FAST_Q6K=1.
+  static const int q6k = env_knob("GGUF_KERNELS_FAST_Q6K");
+  const int max_m = T == Q6_K ? (q6k ? 8 : 0) : 8;
+  if (M < 1 || M > max_m || !rows_fit<T>(K, row_bytes)) return 0;
+  return Prep<T>::scratch(K, M);
+}
+
+struct Choice { int W, S, U; };
+
+// gemv_fast_kernel's dynamic shared memory: at most 200 KB (the bound its launch rules were measured
+// under), less where the device's opt-in limit is lower.
+inline size_t gemv_fast_smem_cap() { return std::min<size_t>(200 * 1024, (size_t)dev_props().optin); }
+template <int T>
+cudaError_t gemv_fast_attrs() {
+  static std::atomic<uint64_t> done{0};
+  return smem_attrs_once(done, gemv_fast_kernel<T>, gemv_fast_smem_cap());
+}
+
+// Resident CTAs per SM for (W warps, smem bytes) on the current device, from the occupancy calculator
+// (registers, shared memory, threads), cached per (device, U, W, S, M) without a lock (choose() asks
+// up to 15 of them a launch): 0 = not asked yet, else the count + 1.
+template <int T>
+int ctas_per_sm(int W, int S, int M, int U, size_t smem) {
+  static std::atomic<int> cache[kMaxDevices][3][5][3][8];
+  const int dev = current_device();
+  int wi = 0;
+  while ((1 << wi) < W) ++wi;
+  std::atomic<int>* v = tracked_device(dev) ? &cache[dev][U >= 4 ? 2 : U - 1][wi][S - 2][M - 1] : nullptr;
+  if (v) {
+    const int c = v->load(std::memory_order_relaxed);
+    if (c) return c - 1;
+  }
+  int n = 0;
+  if ((smem > 48 * 1024 && gemv_fast_attrs<T>() != cudaSuccess) ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_fast_kernel<T>, 32 * W, smem) != cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  if (v) v->store(n + 1, std::memory_order_relaxed);
+  return n;
+}
+
+template <int T>
+size_t stage_bytes(int M, int U) {
+  using L = FT<T>;
+  return 16 * (size_t)rs_bytes<T>(U) + (size_t)U * (L::CE / L::GS) * (M * 32 * L::STEPS + Prep<T>::gr(M));
+}
+template <int T>
+size_t smem_bytes(int W, int S, int M, int U) {
+  return std::max<size_t>((size_t)W * S * stage_bytes<T>(M, U), (size_t)W * 4 * 32 * 4);
+}
+
+// Experiment knobs (0 = automatic): GGUF_KERNELS_FAST_U (type chunks per stage), _W (warps per CTA),
+// _S (stages).
+inline int knob_u() { static const int v = env_knob("GGUF_KERNELS_FAST_U"); return v; }
+inline int knob_w() { static const int v = env_knob("GGUF_KERNELS_FAST_W"); return v; }
+inline int knob_s() { static const int v = env_knob("GGUF_KERNELS_FAST_S"); return v; }
+
+// Pick warps per CTA (split of K) and stages: prefer configurations where every CTA is resident at
+// once (one wave), and among those the most weight bytes in flight per SM, discounted below 16 warps
+// an SM (NOTES.md v15: 8 warps of 2 stages beat 4 warps of 4 stages, the same bytes in flight, by
+// 8-17% at M = 5..8 on 14336 -> 4096 and 4096 -> 4096 for Q4_0, Q4_K and Q5_K).
+// U: type chunks per stage (each stage asks for U * CB contiguous bytes of every row at once). Measured
+// (NOTES.md v4b): U = 2 helped Q8_0 (~8%), U = 4 vs 1 was within noise for Q4_0/Q4_K, U >= 2 hurt Q6_K
+// (fewer warps per SM); so the smallest U with runs of >= 400 bytes, for M <= 4 (at M = 8 the B
+// records make U > 1 stages too large for one wave). GGUF_KERNELS_FAST_U overrides.
+template <int T>
+int choose_u(int K, int M) {
+  using L = FT<T>;
+  const int nch = K / L::CE;
+  const int want = knob_u();
+  if (want == 1 || want == 2 || want == 4) return nch % want == 0 ? want : 1;
+  if (M > 4) return 1;
+  for (int U = 1; U <= 4; U *= 2)
+    if (nch % U == 0 && U * L::CB >= 400) return U;
+  return nch % 4 == 0 ? 4 : (nch % 2 == 0 ? 2 : 1);
+}
+
+template <int T>
+Choice choose(int N, int K, int M, int sms) {
+  using L = FT<T>;
+  const int U = choose_u<T>(K, M);
+  const int tiles = (N + 15) / 16, nch = K / (U * L::CE);
+  Choice best{1, 2, U};
+  double best_score = -1.0;
+  for (int W = 1; W <= 16; W *= 2) {
+    if (W > 1 && W > nch) break;
+    if (knob_w() && W != knob_w()) continue;
+    for (int S = 2; S <= 4; ++S) {
+      if (knob_s() && S != knob_s()) continue;
+      const size_t smem = smem_bytes<T>(W, S, M, U);
+      if (smem > gemv_fast_smem_cap()) continue;
+      const int per_sm = ctas_per_sm<T>(W, S, M, U, smem);
+      if (per_sm < 1) continue;
+      const int mych = (nch + W - 1) / W;
+      const bool one_wave = tiles <= sms * per_sm;
+      const double warps_sm = std::min<double>((double)tiles * W / sms, (double)per_sm * W);
+      const double inflight = warps_sm * std::min(S - 1, mych) * 16.0 * U * L::CB;
+      // fewer warps per SM leave the decode latency-bound (v4: 6.8 warps/SM for IQ4_XS; v15)
+      const double score = (one_wave ? 1e12 : 0.0) + inflight * std::min(1.0, warps_sm / 16.0) - 1e-3 * smem;
+      if (score > best_score) { best_score = score; best = {W, S, U}; }
+    }
+  }
+  return best;
+}
+
+// Dynamic shared memory a gemv_stream_kernel CTA may ask: the device's opt-in limit (227 KB on the H200),
+// or GGUF_KERNELS_FAST_SMEM_KB below it (200: the cap of v6..v22, for A/B runs). The last 27 KB let
+// Q6_K's 8 tokens at M = 5..8 sit beside 8 warps' stages (4096 -> 14336: 212 KB, the plain launch) or a
+// 4-way K split (14336 -> 4096: 213 KB): 35.3 -> 24.7 us and 32.1 -> 27.9 us at M = 5 (NOTES v23).
+inline size_t stream_smem_cap() {
+  static const int knob_kb = env_knob("GGUF_KERNELS_FAST_SMEM_KB", -1);
+  const size_t optin = (size_t)dev_props().optin;
+  return knob_kb >= 0 ? std::min((size_t)knob_kb * 1024, optin) : optin;
+}
+// Raises gemv_stream_kernel<...>'s dynamic shared memory to stream_smem_cap() on the current device,
+// with all of the SM's shared memory as carve-out (else the driver may keep L1 and fit fewer CTAs
+// than stream_ctas_per_sm counts). Once a device and instantiation.
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE, bool KS = false>
+cudaError_t stream_attrs() {
+  static std::atomic<uint64_t> done{0};
+  return smem_attrs_once(done, gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE, KS>, stream_smem_cap(), 100);
+}
+// Resident CTAs per SM of gemv_stream_kernel<T, XT, MOE, MT> with WPC warps and `smem` bytes: registers,
+// shared memory and threads, from the function's attributes (read once) and the current device's
+// (stream_attrs gives the launch the carve-out this count assumes).
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
+int stream_ctas_per_sm(int WPC, size_t smem) {
+  static int regs = 0;
+  const DevProps& sm = dev_props();
+  if (!regs) {
+    const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE>;
+    cudaFuncAttributes fa;
+    regs = cudaFuncGetAttributes(&fa, kernel) == cudaSuccess ? std::max(fa.numRegs, 1) : 96;
+    cudaGetLastError();
+  }
+  return std::min({sm.regs / (regs * 32 * WPC), (int)(sm.smem / (smem + sm.reserved)), sm.threads / (32 * WPC)});
+}
+
+// gemv_stream_kernel's launch for `units` units and `fixed` bytes of records: WPC warps per CTA, S = 2
+// stages, one wave of CTAs, the units spread evenly over just enough CTAs. WPC: the largest of 16, 8,
+// 4 whose shared memory fits, since every CTA builds its own records (NOTES.md v7, a sweep of 4 / 8 /
+// 16 warps x 2 / 3 stages: 16 warps in one CTA per SM beat 4 warps in five CTAs by 1-10% at M = 1
+// and 10-15% at M = 2, 4, though that means more rounds of units per warp; 3 stages no better); or 19
+// at M = 1 for types under 8 bits a weight, where rounds x warps (the busiest SM's share) is smaller:
+// an SM runs its warps' stages at about a fixed rate, so 4096 -> 14336 (7168 units) in 3 rounds of
+// 19 warps on 126 SMs beats 4 rounds of 16 on 112 by 4-8% (NOTES.md v10; Q8_0, bound by DRAM, lost 3%).
+// Few units: fewer warps per CTA, one unit each, over more SMs. {0, ...}: the records do not fit, or
+// this kernel would lose to the tile kernel (v7 measurements): when fewer than half the warps that
+// fit have a unit and a unit is more than 16 stages (a warp's stages run one after another: 14336 ->
+// 4096 at M = 4, 512 units of 28 stages, took 30 us against the tile kernel's 27), or when the CTA's
+// threads have more than 8 groups of activations each to turn into records (4096 -> 1024 at M = 4:
+// 128 units, one warp per CTA, 16 groups a thread, 15 us against 7), or more than 4 and more than
+// the stages each warp then streams (Q6_K, same call against gemv_mma_kernel: 8 groups a thread and
+// 4 stages, 4096 -> 4096 at M = 4, 14.1 us against 11.2; 8 and 2, 4096 -> 1024 at M = 2, 9.2 against
+// 6.9; 7 and 7, 14336 -> 4096 at M = 2, 25.6 against 29.9).
+struct StreamChoice { int WPC, S, ctas; size_t smem; int split; int64_t work; };  // work: the busiest SM's stages
+inline bool knob_split_off() {
+  static const bool v = env_off("GGUF_KERNELS_FAST_SPLIT");
+  return v;
+}
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
+StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
+  const int sms = num_sms();
+  const int S = knob_s() ? knob_s() : 2;
+  const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * S * 2 * MT * stream_rs<T, MT, RAG>(); };
+  StreamChoice best{0, 0, 0, 0, 0, 0};
+  int best_rounds = 0, best_cap = 0;
+  int64_t best_work = 0;  // rounds x warps per SM: the busiest SM's share of the units
+  constexpr bool M1 = (MT == 1 || ONE) && FT<T>::CB < FT<T>::CE;  // 19 (ONE: 14 too) warps considered
+  for (int WPC : {19, 16, 14, 8, 4}) {
+    // 14: where 16 warps' stages do not fit beside the records (ONE; MoE over hit experts, 8 tokens' records)
+    if (knob_w() ? WPC != knob_w() : (WPC == 19 && !M1) || (WPC == 14 && !ONE && !(MOE && MT == 8))) continue;
+    const size_t smem = smem_for(WPC);
+    const int n = smem > stream_smem_cap() ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE>(WPC, smem);
+    if (n <= 0) continue;
+    const int rounds = (units + n * sms * WPC - 1) / (n * sms * WPC);
+    const int64_t work = (int64_t)rounds * WPC * n;
+    if (!best.WPC || work < best_work) {
+      best_rounds = rounds;
+      best_cap = n * sms * WPC;
+      best_work = work;
+      best = {WPC, S, (units + rounds * WPC - 1) / (rounds * WPC), smem, 0, work * nst};
+    }
+    if (WPC != 19 && !(ONE && WPC == 16)) break;
+  }
+  int64_t per_warp = (int64_t)best_rounds * nst;  // stages of the busiest warp
+  if (best.WPC && best_rounds == 1 && units < best.WPC * sms) {
+    // Few units: fewer warps per CTA, a unit each, on more SMs; or, MT = 2 and 4 (NOTES.md v10), where
+    // that leaves at most 4 warps per SM or chains of 8 stages and more, all the warps, each CTA's stages
+    // split evenly over them, if that at least halves the busiest warp's chain (MT = 8 lost 4-35% split,
+    // MT = 2 with 8 warps of 4 stages 11%). Not ONE, whose kernel does not split: sized as split, its
+    // units sat on the first CTAs (NOTES.md v33).
+    const int few = std::max(1, (units + sms - 1) / sms);
+    const int64_t items = (int64_t)units * nst;
+    const int W = (int)std::min<int64_t>(best.WPC, (items + sms - 1) / sms);  // on as many SMs as there are
+    const int G = (int)std::min<int64_t>({best_cap / best.WPC, (items + W - 1) / W, units});  // CTAs
+    const size_t smem = smem_for(W) + sizeof(float) * split_slot(MT) * ((units + G - 1) / G);
+    const int64_t pw = (items + (int64_t)G * W - 1) / ((int64_t)G * W);
+    if ((MT == 2 || MT == 4) && !MOE && !ONE && !knob_split_off() && (few <= 4 || nst >= 8) && nst >= 2 * pw &&
+        smem <= stream_smem_cap() && stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE>(W, smem) * sms >= G) {
+      best = {W, S, G, smem, 1, pw * W};
+      per_warp = pw;
+    } else {
+      // MT = 8 (what the K split turned away): warps enough that each thread builds at most 8 groups of
+      // records, where that many fit (Q6_K 4096 -> 14336 at M = 8: 8 warps, not 7)
+      int w = few;
+      while (MT == 8 && !MOE && w < best.WPC && (groups + 32 * w - 1) / (32 * w) > 8) ++w;
+      best = {w, S, (units + w - 1) / w, smem_for(w), 0, (int64_t)nst * w};
+    }
+  }
+  if (!best.WPC) return best;
+  const int per_thread = (groups + 32 * best.WPC - 1) / (32 * best.WPC);  // records each thread builds
+  if ((!best.split && 2 * units < best_cap && nst > 16) || per_thread > 8 || (per_thread > 4 && per_thread > per_warp))
+    return StreamChoice{0, 0, 0, 0, 0, 0};
+  return best;
+}
+
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
+StreamChoice stream_choice(const FastArgs& a, int units, size_t fixed) {
+  const int nch = StreamRecs<T>::chunks(a.K), nst = (nch + 8 / MT - 1) / (8 / MT);
+  return choose_stream<T, XT, MOE, MT, RAG, ONE>(units, fixed, nst,
+                                                 (MOE ? a.nx : ONE ? 1 : MT) * nch * (FT<T>::CE / FT<T>::GS));
+}
+// The stream kernels launched so far (as a graph's kernel nodes name their functions): they trigger
+// their dependents at their start. `add`: record f; else whether f is one.
+inline bool stream_kernel_seen(const void* f, bool add) {
+  static std::mutex mu;
+  static std::unordered_set<const void*> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (add) seen.insert(f);
+  return seen.count(f) > 0;
+}
+// Whether the kernel before this launch on `stream` is a stream kernel, so that a dependent launch
+// overlaps its last CTAs; after any other kernel (torch's, which never trigger) it cost 0.4 us (NOTES.md
+// v13). Known while the stream is captured into a CUDA graph, from the node the launch will follow;
+// outside capture, where each launch waits on the host and nothing overlaps, false.
+// GGUF_KERNELS_PDL=2: a dependent launch after any kernel (v13's rule, for A/B runs).
+inline bool follows_stream_kernel(cudaStream_t stream) {
+  static const bool any = env_knob("GGUF_KERNELS_PDL") == 2;
+  if (any) return true;
+#if CUDART_VERSION >= 13000
+  cudaStreamCaptureStatus st;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;  // asked for, so that edges with data are not a lossy query
+  size_t n = 0;
+  if (cudaStreamGetCaptureInfo(stream, &st, nullptr, nullptr, &deps, &edges, &n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (st != cudaStreamCaptureStatusActive || n != 1) return false;
+  cudaGraphNodeType type;
+  cudaKernelNodeParams p = {};
+  if (cudaGraphNodeGetType(deps[0], &type) != cudaSuccess || type != cudaGraphNodeTypeKernel ||
+      cudaGraphKernelNodeGetParams(deps[0], &p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return stream_kernel_seen(p.func, false);
+#else
+  return false;
+#endif
+}
+// MoE local (gemv_stream_kernel): the most x rows one of `ctas` CTAs meets in its range of `units`
+// units of hN each, x_div pairs an x row.
+inline int local_rows(int units, int hN, int x_div, int ctas) {
+  int most = 0;
+  for (int b = 0; b < ctas; ++b) {
+    const int u0 = (int)((int64_t)b * units / ctas), u1 = (int)((int64_t)(b + 1) * units / ctas);
+    if (u1 > u0) most = std::max(most, (u1 - 1) / hN / x_div - u0 / hN / x_div + 1);
+  }
+  return most;
+}
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
+cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
+  if (!ch.WPC) return cudaErrorNotSupported;
+  a.S = ch.S;
+  a.split = ch.split;
+  // MoE over hit experts: the units were counted for the most hits, so a CTA on every SM
+  if constexpr (MOE && MT == 8) ch.ctas = num_sms();
+  if (MOE && a.local) {  // the records of the rows the chosen CTAs meet (a.nx was the guess for one a SM)
+    const int hN = (a.N + 2 * MT - 1) / (2 * MT), rows = local_rows(a.P * hN, hN, a.x_div, ch.ctas);
+    ch.smem += ((int64_t)rows - a.nx) * (int64_t)stream_rec_stride<T, MT>(a.K);
+    a.nx = rows;
+  }
+  // A dependent launch only after a stream kernel, and where the CTAs are one per SM, with shared memory
+  // padded to more than half an SM's so that no two share one: the block scheduler places a dependent
+  // grid's CTAs on the SMs as the previous kernel's CTAs leave, and it put two on an SM that another
+  // kernel's CTA had left early (IQ4_XS 14336 -> 4096 at M = 1: 17.3 -> 27.7 us; NOTES.md v13).
+  const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE>;
+  const bool pdl = ch.ctas <= num_sms() && follows_stream_kernel(stream);
+  static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);  // once a kernel
+  (void)recorded;
+  const cudaError_t e = stream_attrs<T, XT, MOE, MT, RAG, ONE>();
+  if (e != cudaSuccess) return e;
+  const DevProps& sm = dev_props();
+  const size_t smem = pdl ? std::max(ch.smem, (size_t)(sm.smem / 2 - sm.reserved + 16)) : ch.smem;
+  return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a);
+}
+template <int T, typename XT, bool MOE, int MT, bool RAG>
+cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
+  return launch_choice<T, XT, MOE, MT, RAG>(a, stream_choice<T, XT, MOE, MT, RAG>(a, units, fixed), stream);
+}
+inline bool knob_one_off() {
+  static const bool v = env_off("GGUF_KERNELS_FAST_ONE");
+  return v;
+}
+// GGUF_KERNELS_FAST_ONE1=0: dense M = 1 row pairs keep their former epilogue (and Q4_0, Q4_K, Q5_K v11's
+// stage rule against ONE)
+inline bool knob_one1_off() {
+  static const bool v = env_off("GGUF_KERNELS_FAST_ONE1");
+  return v;
+}
+inline bool knob_one_force() {  // GGUF_KERNELS_FAST_ONE=2: ONE wherever it takes the case (A/B timing)
+  static const bool v = env_knob("GGUF_KERNELS_FAST_ONE") == 2;
+  return v;
+}
+// M = 1, or MoE pairs (one x row a unit), on aligned rows: the MT = 1 form (row pairs, a stage of 8
+// chunks; MoE pairs with K of at most 4 chunks: the MT = 2 mapping with both tokens the pair's row) or
+// ONE, whichever gives the busiest SM fewer stages (ties: the former, unless ONE keeps at least 12
+// warps an SM, or 8 for IQ4_XS and MXFP4, whose table decodes ONE cuts most: 4096 -> 4096 -16%, where
+// Q4_0 lost 9% and Q5_K 2%; NOTES.md v11). MoE pairs with K of at most 8 chunks, where the former's
+// units are one stage each, take ONE wherever it takes them: its units of 4 rows pay the once-a-unit
+// work half as often (Qwen3-30B-A3B's gate, K = 2048, Q4_K at T = 8: 27.1 -> 21.0 us, same call;
+// NOTES.md v15). Dense Q4_0, Q4_K and Q5_K, whose row pairs keep one value a lane (ONE1, v32), take ONE
+// only where it gives the busiest SM under 0.85 of the former's stages (ONE / former, same call: 5120 ->
+// 13824 at 0.82 of the stages 0.92-0.96x the time, 1536 -> 8960 at 0.895 1.11-1.17x, 4096 -> 14336 at
+// 0.98 1.07-1.10x); they and Q8_0 not with fewer than 8 warps a CTA (few units: 4864 -> 896, 2 warps
+// a CTA, 1.30-1.37x; NOTES.md v33). GGUF_KERNELS_FAST_ONE=0: the former only.
+template <int T, typename XT, bool MOE>
+cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream_t stream) {
+  const int P = MOE ? a.P : 1, u2 = P * ((a.N + 3) / 4), u1 = P * ((a.N + 1) / 2);
+  const int nch = StreamRecs<T>::chunks(a.K);
+  const bool mt2 = MOE && nch <= 4;
+  const StreamChoice old =
+      mt2 ? stream_choice<T, XT, MOE, 2, false>(a, u2, fixed) : stream_choice<T, XT, MOE, 1, false>(a, u1, fixed);
+  if (!knob_one_off()) {
+    const StreamChoice one = stream_choice<T, XT, MOE, 2, false, true>(a, u2, fixed);
+    constexpr int tie_warps = T == IQ4_XS || T == MXFP4 ? 8 : 12;
+    constexpr bool one1_rule = !MOE && (T == Q4_0 || T == Q4_K || T == Q5_K);
+    constexpr int min_warps = !MOE && (one1_rule || T == Q8_0) ? 8 : 1;
+    const bool fewer = one1_rule && !knob_one1_off()
+                           ? 20 * one.work < 17 * old.work
+                           : one.work < old.work || (one.work == old.work && one.WPC >= tie_warps);
+    if (one.WPC && (knob_one_force() || (MOE && nch <= 8) || !old.WPC || (fewer && one.WPC >= min_warps)))
+      return launch_choice<T, XT, MOE, 2, false, true>(a, one, stream);
+  }
+  if (mt2) return launch_choice<T, XT, MOE, 2, false>(a, old, stream);
+  if constexpr (!MOE) {  // dense row pairs with one kept value a lane (ONE1, NOTES.md v32), the same geometry
+    if (!knob_one1_off()) return launch_choice<T, XT, MOE, 1, false, true>(a, old, stream);
+  }
+  return launch_choice<T, XT, MOE, 1, false>(a, old, stream);
+}
+
+// M <= stream_max_m() (default 8) goes to gemv_stream_kernel (MT = 1, 2, 4 or 8 tokens) unless
+// GGUF_KERNELS_FAST_TILE=1 or the records of K do not fit one CTA; then gemv_fast_kernel, where
+// scratch_bytes() > 0.
+inline int knob_tile() { static const int v = env_knob("GGUF_KERNELS_FAST_TILE"); return v; }
+inline int stream_max_m() {
+  static const int v = env_knob("GGUF_KERNELS_FAST_STREAM_MAX_M", 8);
+  return v;
+}
+template <int T, int MT, bool RAG = false>
+cudaError_t launch_stream_dense(const FastArgs& a, DType xt, cudaStream_t stream) {
+  const int units = (a.N + 2 * MT - 1) / (2 * MT);
+  const size_t fixed = MT * stream_rec_stride<T, MT>(a.K);
+  return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, false, MT, RAG>(a, units, fixed, stream)
+                           : launch_stream<T, __half, false, MT, RAG>(a, units, fixed, stream);
+}
+// M = 5..8 (and 3, 4: ks_first), tried before the plain launch: the MT = 8 kernel with K split over a cluster of Z
+// CTAs (KS; NOTES.md v16, v17), each holding the records of its slice, one unit a warp, the slices' sums
+// met in rank 0's shared memory. Where 8 tokens' records of all of K do not fit a CTA (14336 -> 4096,
+// 4096 -> 4096, 4096 -> 1024) it replaces the 16-row tile kernel; where they fit (4096 -> 14336) it
+// doubles the warps an SM of the plain launch (7 -> 14). Z: the smallest of 2, 4, 8 that gives 8 warps a
+// CTA (one CTA an SM, one wave of clusters), whose slices are whole chunks and 16-byte runs of every row
+// (Q6_K's 420-byte chunks: 4-byte runs, copied from the 16-byte boundary below as its stages are).
+// GGUF_KERNELS_FAST_KS: 0 off, 2 / 4 / 8 that Z wherever it fits.
+inline int knob_ks() {
+  static const int v = env_knob("GGUF_KERNELS_FAST_KS", -1);
+  return v;
+}
+// Whether M tokens try the K split before the plain launch: M = 5..8 always; M = 3, 4 where the plain
+// MT = 4 launch has at most 4 units an SM, and for the table types (MXFP4, IQ4_XS) everywhere. Same
+// call on the H200 (NOTES.md v18), plain / split, us: 14336 -> 4096 M = 4 Q4_K 29.0 / 21.4, Q8_0 32.4 /
+// 22.6, MXFP4 34.7 / 24.7; 4096 -> 1024 Q4_0 4.9 / 4.0; 4096 -> 14336 (1792 units) Q8_0 M = 3 18.7 /
+// 20.3, MXFP4 M = 4 21.3 / 19.2; M = 2 lost on 19 of 24 rows. GGUF_KERNELS_FAST_KS_MIN_M: the split
+// from that M on, everywhere (A/B runs).
+template <int T>
+bool ks_first(int M, int N) {
+  static const int v = env_knob("GGUF_KERNELS_FAST_KS_MIN_M", -1);
+  if (v >= 0) return M >= v;
+  return M >= 5 || (M >= 3 && ((N + 7) / 8 <= 4 * num_sms() || T == MXFP4 || T == IQ4_XS));
+}
+// Clusters of z CTAs (WPC warps, smem bytes; a grid of `clusters` of them) of `kernel` that can run at
+// once on the current device, asked once per case (the launch path runs on every matmul outside CUDA
+// graphs). Every instantiation shares one function type, so the kernel's address is in the key.
+template <typename Kern>
+int active_clusters(Kern kernel, int clusters, int z, int WPC, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, size_t, int, int, int>, int> seen;
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), current_device(), smem, clusters, WPC, z);
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = seen.find(key);
+  if (it != seen.end()) return it->second;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(clusters * z);
+  cfg.blockDim = dim3(32 * WPC);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute at = cluster_attr(z);
+  cfg.attrs = &at;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  return seen[key] = n;
+}
+template <int T, typename XT>
+cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
+  using L = FT<T>;
+  constexpr int MT = 8;
+  const int ks = knob_ks();
+  if (ks == 0 || a0.M > 8 || !ks_first<T>(a0.M, a0.N)) return cudaErrorNotSupported;
+  const int nch = a0.K / L::CE, units = (a0.N + 2 * MT - 1) / (2 * MT);
+  const auto kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true>;
+  if (stream_attrs<T, XT, false, MT, false, false, true>() != cudaSuccess) return cudaErrorNotSupported;
+  const DevProps& sm = dev_props();
+  for (int Z : {2, 4, 8}) {
+    // slices of whole chunks, starting 16-byte aligned in every row (Q6_K: 4-byte, its stages' copies
+    // start at the 16-byte boundary below, kph)
+    if ((ks > 0 && Z != ks) || nch % Z != 0 || (nch / Z * L::CB) % (L::MIS ? 4 : 16) != 0) continue;
+    FastArgs a = a0;
+    a.K = a0.K / Z;
+    a.S = 2;
+    a.split = 0;
+    const size_t fixed = MT * stream_rec_stride<T, MT>(a.K);
+    int clusters = num_sms() / Z, WPC = 0;
+    size_t smem = 0;
+    bool fits = false;
+    for (int it = 0; it < 4 && clusters > 0 && !fits; ++it) {  // as many clusters as can run at once
+      WPC = (units + clusters - 1) / clusters;
+      smem = std::max(fixed + (size_t)WPC * (a.S * 2 * MT * stream_rs<T, MT, false>() + (Z - 1) * 512),
+                      (size_t)(sm.smem / 2 - sm.reserved + 16));  // one CTA an SM
+      if (WPC > 16 || smem > stream_smem_cap()) break;
+      const int n = active_clusters(kernel, clusters, Z, WPC, smem);
+      fits = n >= clusters;
+      if (!fits) clusters = n;
+    }
+    if (!fits) continue;
+    const int per_thread = (MT * nch / Z * (L::CE / L::GS) + 32 * WPC - 1) / (32 * WPC);
+    if (per_thread > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
+    const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
+    static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
+    (void)recorded;
+    return launch_kernel_clustered(kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, Z, a);
+  }
+  return cudaErrorNotSupported;
+}
+// GemvArgs as FastArgs (MoE: the pairs' fields too; P, nx and local are the launch's to set).
+inline FastArgs fast_args(const GemvArgs& ga, DType xt) {
+  FastArgs a = {};
+  a.w = ga.w; a.row_bytes = ga.row_bytes; a.N = ga.N; a.K = ga.K; a.M = ga.M; a.x = ga.x; a.x_stride = ga.x_stride;
+  a.out = ga.out; a.out_stride = ga.out_stride;
+  a.out_bf16 = xt == DType::BF16;
+  a.ids = ga.ids; a.ids64 = ga.ids64; a.n_experts = ga.n_experts; a.x_div = ga.x_div; a.expert_bytes = ga.expert_bytes;
+  return a;
+}
+// gemv_stream_kernel for a dense matmul, no scratch; cudaErrorNotSupported when it does not take the case.
+template <int T>
+cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t stream) {
+  const int M = ga.M;
+  if (M < 1 || M > stream_max_m() || knob_tile() || (xt != DType::BF16 && xt != DType::F16))
+    return cudaErrorNotSupported;
+  const FastArgs a = fast_args(ga, xt);
+  if (!rows_fit<T>(ga.K, ga.row_bytes)) {
+    if constexpr (may_rag<T>()) {
+      if (M == 1 && rows_rag<T>(ga.N, ga.K, ga.row_bytes, 0)) return launch_stream_dense<T, 1, true>(a, xt, stream);
+    }
+    return cudaErrorNotSupported;
+  }
+  if (M == 1) {
+    const size_t fixed = stream_rec_stride<T, 1>(a.K);
+    return xt == DType::BF16 ? launch_stream_one_or_old<T, __nv_bfloat16, false>(a, fixed, stream)
+                             : launch_stream_one_or_old<T, __half, false>(a, fixed, stream);
+  }
+  const cudaError_t e = xt == DType::BF16 ? launch_stream_ks<T, __nv_bfloat16>(a, stream)
+                                          : launch_stream_ks<T, __half>(a, stream);
+  if (e != cudaErrorNotSupported) return e;
+  if (M <= 4) return M == 2 ? launch_stream_dense<T, 2>(a, xt, stream) : launch_stream_dense<T, 4>(a, xt, stream);
+  return launch_stream_dense<T, 8>(a, xt, stream);
+}
+// prep_kernel: the records of ga's M tokens into `scratch` (Prep<T>'s layout: B part, then sigma / beta).
+template <int T>
+cudaError_t launch_prep(const GemvArgs& ga, DType xt, void* scratch, cudaStream_t stream) {
+  const int K = ga.K, M = ga.M;
+  uint8_t* xb = reinterpret_cast<uint8_t*>(scratch);
+  uint8_t* xs = xb + Prep<T>::b_bytes(K, M);
+  const dim3 grid((K / FT<T>::GS * M + 127) / 128);
+  if (xt == DType::BF16)
+    prep_kernel<T, __nv_bfloat16><<<grid, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(ga.x), ga.x_stride,
+                                                             K, M, xb, xs);
+  else if (xt == DType::F16)
+    prep_kernel<T, __half><<<grid, 128, 0, stream>>>(reinterpret_cast<const __half*>(ga.x), ga.x_stride, K, M, xb, xs);
+  else
+    return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+// The stream kernel where it takes the case (unless `tile`: benchmarks/gemv_probe.cu compares both
+// kernels in one process), else the prep kernel and gemv_fast_kernel on `scratch`.
+template <int T>
+cudaError_t launch_with(const GemvArgs& ga, DType xt, void* scratch, size_t scratch_size, bool tile,
+                        cudaStream_t stream) {
+  using L = FT<T>;
+  if constexpr (!L::OK) {
+    return cudaErrorNotSupported;
+  } else {
+    if (!tile) {
+      const cudaError_t e = launch_stream_any_m<T>(ga, xt, stream);
+      if (e != cudaErrorNotSupported) return e;
+    }
+    const int K = ga.K, M = ga.M, N = ga.N;
+    if (scratch_bytes<T>(K, M, ga.row_bytes) == 0 || scratch_size < Prep<T>::bytes(K, M)) return cudaErrorInvalidValue;
+    cudaError_t e = launch_prep<T>(ga, xt, scratch, stream);
+    if (e != cudaSuccess) return e;
+    FastArgs a = fast_args(ga, xt);
+    a.xb = reinterpret_cast<uint8_t*>(scratch);
+    a.xs = a.xb + Prep<T>::b_bytes(K, M);
+    const Choice ch = choose<T>(N, K, M, num_sms());
+    a.S = ch.S; a.U = ch.U; a.RS = rs_bytes<T>(ch.U);
+    const dim3 grid((unsigned)((N + 15) / 16)), block(32 * ch.W);
+    const size_t smem = smem_bytes<T>(ch.W, ch.S, M, ch.U);
+    auto kernel = gemv_fast_kernel<T>;
+    if (smem > 48 * 1024 && (e = gemv_fast_attrs<T>()) != cudaSuccess) return e;
+    return launch_kernel(kernel, grid, block, smem, stream, true, a);
+  }
+}
+
+// MoE pairs (GEMV_PAIRS args) on gemv_stream_kernel: cudaErrorNotSupported when this path does not
+// take the case (type, K, row bytes, dtype, or more than kMoeRecBytes of x records: one CTA per SM
+// would be left; ragged rows: more than kMoeRagRecBytes, measured on gpt-oss-20b's gate at T = 8, 64 KB
+// of records, 8 warps per SM: 137 us against 123 on gemv_mma_kernel); GGUF_KERNELS_FAST_MOE=0 turns
+// it off.
+constexpr size_t kMoeRecBytes = 64 * 1024, kMoeRagRecBytes = 32 * 1024;
+inline bool knob_moe_off() {
+  static const bool v = env_off("GGUF_KERNELS_FAST_MOE");
+  return v;
+}
+// GGUF_KERNELS_FAST_LOCAL=0: every CTA builds the records of all the pairs' x rows (before v17).
+inline bool knob_local_off() {
+  static const bool v = env_off("GGUF_KERNELS_FAST_LOCAL");
+  return v;
+}
+// Whether `tokens` tokens' MoE pairs run on units over the hit experts (EXP): from 2 tokens, and one
+// token whose pairs make at least 8 units an SM (GGUF_KERNELS_FAST_EXP_MIN_T: from that many tokens
+// only; 9: off). Same call on the H200 (NOTES.md v18), gpt-oss-20b's experts (MXFP4, K = 2880, 32 x
+// top 4), us, row pairs or grouped / EXP: N = 2880 (720 units at T = 1) T = 1 18.2 / 20.1, 2 33.2 /
+// 26.7, 4 58.0 / 47.2, 8 100.9 / 76.7; N = 5760 (the fused gate_up, 1440 units) T = 1 33.6 / 27.4, 8
+// 186.9 / 134.8.
+inline bool exp_takes(int tokens, int P, int N) {
+  static const int v = env_knob("GGUF_KERNELS_FAST_EXP_MIN_T", -1);
+  if (v >= 0) return tokens >= v;
+  return tokens >= 2 || (tokens == 1 && (int64_t)P * ((N + 15) / 16) >= 8 * (int64_t)num_sms());
+}
+template <int T>
+cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cudaStream_t stream) {
+  using L = FT<T>;
+  if constexpr (!L::OK) {
+    return cudaErrorNotSupported;
+  } else {
+    const int K = ga.K, N = ga.N;
+    if (knob_moe_off() || ga.mode != GEMV_PAIRS || P < 1 || (xt != DType::BF16 && xt != DType::F16))
+      return cudaErrorNotSupported;
+    // Rows of whole 16-byte pieces at any K (Qwen3-30B-A3B's down projection, K = 768: 3 chunks, at T = 8
+    // Q4_K 36.1 us grouped by expert, 31.5 here; ragged ones lost: Q6_K 49.8 against 57.1, gpt-oss-20b's
+    // MXFP4 gate 101 against 112; same call, NOTES.md v17)
+    const bool rag = !rows_fit<T>(K, ga.row_bytes);
+    if constexpr (T == MXFP4) {  // one x row a token and at most 8 tokens: units over the hit experts (EXP)
+      const int tokens = ga.x_div > 1 && P % ga.x_div == 0 ? P / ga.x_div : 0;
+      if (rag && tokens >= 1 && tokens <= 8 && exp_takes(tokens, P, N) && ga.x_div <= 32 && P <= 64 && ga.n_experts < 1024 &&
+          ga.x_stride % 8 == 0 && rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)) {
+        FastArgs a = fast_args(ga, xt);
+        a.M = a.nx = tokens;
+        a.P = P;
+        const size_t fixed = tokens * stream_rec_stride<T, 8>(K) + 4 * (size_t)exp_table_ints(P, ga.n_experts);
+        const int units = std::min(ga.n_experts + 1, P) * ((N + 15) / 16);  // the most hits
+        const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 8, true>(a, units, fixed, stream)
+                                                : launch_stream<T, __half, true, 8, true>(a, units, fixed, stream);
+        if (e != cudaErrorNotSupported) return e;
+      }
+    }
+    if (rag && (StreamRecs<T>::chunks(K) < min_chunks || !rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)))
+      return cudaErrorNotSupported;
+    if (ga.x_stride % 8 != 0) return cudaErrorNotSupported;
+    // local: each CTA only the records of the x rows its own range of units meets (guessed for a CTA an
+    // SM and 2-row units, set for the chosen grid at launch), where that is fewer than all of them
+    int nx = (P + ga.x_div - 1) / ga.x_div;
+    const int hN = (N + 3) / 4, guess = local_rows(P * hN, hN, ga.x_div, num_sms());
+    const bool local = !knob_local_off() && guess < nx;
+    if (local) nx = guess + 1;
+    const size_t recs = (size_t)nx * stream_rec_stride<T, 1>(K);
+    if (recs > (rag ? kMoeRagRecBytes : kMoeRecBytes)) return cudaErrorNotSupported;
+    FastArgs a = fast_args(ga, xt);
+    a.M = 1;
+    a.P = P;
+    a.nx = nx;
+    a.local = local;
+    const size_t fixed = recs + ((size_t)P * 4 + 15) / 16 * 16;
+    if constexpr (may_rag<T>()) {
+      if (rag) {
+        const int units = P * ((N + 1) / 2);
+        return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, true>(a, units, fixed, stream)
+                                 : launch_stream<T, __half, true, 1, true>(a, units, fixed, stream);
+      }
+    }
+    return xt == DType::BF16 ? launch_stream_one_or_old<T, __nv_bfloat16, true>(a, fixed, stream)
+                             : launch_stream_one_or_old<T, __half, true>(a, fixed, stream);
+  }
+}
+
+}  // namespace fast
+
+template <int T>
+size_t gemv_fast_scratch(int K, int M, int64_t row_bytes) {
+  return fast::scratch_bytes<T>(K, M, row_bytes);
+}
+template <int T>
+cudaError_t launch_gemv_stream(const GemvArgs& a, DType xt, cudaStream_t stream) {
+  return fast::launch_stream_any_m<T>(a, xt, stream);
+}
+template <int T>
+cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t scratch_size,
+                             cudaStream_t stream) {
+  return fast::launch_with<T>(a, xt, scratch, scratch_size, true, stream);
+}
+template <int T>
+cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, int min_chunks, cudaStream_t stream) {
+  return fast::launch_moe<T>(a, xt, P, min_chunks, stream);
+}
+
+#define GQ_FAST_INSTANTIATE(T)                                        \
+  template size_t gemv_fast_scratch<T>(int, int, int64_t);           \
+  template cudaError_t launch_gemv_stream<T>(const GemvArgs&, DType, cudaStream_t);  \
+  template cudaError_t launch_gemv_fast<T>(const GemvArgs&, DType, void*, size_t, cudaStream_t); \
+  template cudaError_t launch_gemv_fast_moe<T>(const GemvArgs&, DType, int, int, cudaStream_t);
+
+}  // namespace gq

@@ -1,0 +1,606 @@
+// gemv_stream_kernel: the fast small-M matmul's persistent stream kernel (M <= 8 and MoE pairs), its
+// helpers and forms (NOTES.md v6 on). Launched by gemv_fast_launch.cuh.
+#pragma once
+#include "gemv_fast_kernel.cuh"
+
+namespace gq {
+namespace fast {
+
+// ---- M <= 8: persistent stream with in-CTA activation records (NOTES.md v6, v7) -----------------
+// Shared-memory bytes of one row's stage (8 / MT chunks). Q6_K (MIS): a stage starts at chunk c0, byte
+// 420 c0 of a row whose start is 16-byte aligned, so it is copied from the 16-byte boundary below
+// (up to 12 bytes early) and the stride keeps every row 16-byte aligned. RAG (ragged rows, not a
+// multiple of 16 bytes): every row's stage starts up to 15 bytes past its copy's 16-byte boundary.
+template <int T, int MT, bool RAG>
+GQ_HD constexpr int stream_rs() {
+  constexpr int B = (8 / MT) * FT<T>::CB;
+  return RAG ? (B + 15 + 15) / 16 * 16 : FT<T>::MIS ? (B + 12 + 15) / 16 * 16 : B;
+}
+
+// The kept lanes' epilogue of a run of DEF groups (gemv_stream_kernel, MT < 8): e = the kept D values,
+// f = the groups' scales (rows rho, rho + MT), h = their mins; sp = the run's first {sigma, -beta[, S]}.
+template <int DEF, bool HAS_MIN>
+__device__ __forceinline__ void kept_epilogue(const float (&e0)[DEF], const float (&e1)[DEF], const float (&f0)[DEF],
+                                              const float (&f1)[DEF], const float (&h0)[DEF], const float (&h1)[DEF],
+                                              const uint8_t* sp, int GR, float (&acc)[2]) {
+#pragma unroll
+  for (int j = 0; j < DEF; ++j) {
+    const float2 sb = *reinterpret_cast<const float2*>(sp + j * GR);
+    acc[0] = fmaf(f0[j], fmaf(sb.x, e0[j], sb.y), acc[0]);
+    acc[1] = fmaf(f1[j], fmaf(sb.x, e1[j], sb.y), acc[1]);
+    if constexpr (HAS_MIN) {
+      const float Sx = *reinterpret_cast<const float*>(sp + j * GR + 16);
+      acc[0] = fmaf(h0[j], Sx, acc[0]);
+      acc[1] = fmaf(h1[j], Sx, acc[1]);
+    }
+  }
+}
+
+// M = 1 (MT = 1): a warp streams two adjacent rows r0, r1, a stage at a time: 8 consecutive chunks of
+// K of both (two contiguous runs of memory). mma.m16n8k16's A row g is chunk g of r0 and A row g + 8
+// chunk g of r1 (lane (g, c) decodes them exactly as gemv_fast_kernel decodes its rows g, g + 8), and
+// B's column g holds the activations of chunk g. The diagonal then carries the dot products: D[g][g]
+// (lane (g, g / 2), element g & 1) for r0, D[g + 8][g] for r1; the rest of the product is discarded.
+// Against the 16-row tile (v4) the weight reads are two long runs per stage instead of 16 rows x one
+// chunk (v5); in addition (v6) there is no prep kernel: every CTA turns the activations into its own
+// records in shared memory while its first stages are in flight, and one wave of CTAs walks units
+// gw, gw + GW, ... with one cp.async pipeline across units, so the memory queue never drains between
+// waves. A group's products are all issued before its epilogue.
+// MT = 2, 4, 8 tokens (v7): a unit is 2 * MT rows and a stage CPS = 8 / MT chunks of each; A row a
+// is chunk a % CPS of row a / CPS, B column n chunk n % CPS of token n / CPS, so D[a][n] is kept where
+// the chunks agree: 16 * MT of the 16 x 8 products per mma instead of 16, for the same decode (MT = 8:
+// all of them, the 16-row tile of gemv_fast_kernel with its records in the CTA).
+// MOE (MT = 1, 2): the units are (pair, 2 MT rows) over a.P (token, slot) pairs, each read from its
+// pair's expert and multiplied by its pair's x row (records for all a.nx x rows sit in shared memory).
+// MT = 2 there is the dense MT = 2 mapping with both tokens the pair's x row (stages of 4 chunks: for K
+// of at most 4 chunks, where MT = 1 would leave more than half the lanes without a chunk); the lanes of
+// token 0 store.
+// Registers: 96 (v6, v7: caps of 64-128 within 3% at M = 1); 128 for ragged rows, MoE's MT = 2 and
+// the MT = 2, 4 forms of MXFP4, IQ4_XS and Q6_K, whose decodes spill 50-150 bytes at 96 (a CTA of 16
+// warps is one per SM either way; 128 for the other types' MT = 2 cost Q4_K 4%, v10), and MT = 8, whose
+// 896 units of 4096 -> 14336 leave 7 warps an SM (-15% Q4_K, -3..-8% the others at 128; v12).
+// RAG (MT = 1): rows that are not a multiple of 16 bytes (gpt-oss's MXFP4 experts, K = 2880: 1530
+// bytes), and K not a multiple of the chunk: each row's stage is copied in the 16-byte pieces that
+// cover it, at its own offset; a short last chunk is zero-filled past the row's end and its missing
+// groups get the records of zero activations, so they add exact zeros.
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool KS = false>
+__global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || MT == 4) && (T == MXFP4 || T == IQ4_XS || T == Q6_K)) ? 128 : 96)
+    gemv_stream_kernel(const FastArgs a) {
+  using L = FT<T>;
+  using R = StreamRecs<T>;
+  static_assert(MT == 1 || (MT == 2 && !RAG) || ((MT == 4 || MT == 8) && !MOE && !RAG) || (MT == 8 && MOE && RAG),
+                "MT tokens: 1, 2, 4 or 8; MoE with 1 or 2, or 8 over hit experts; ragged rows with 1 (MoE: 8)");
+  // MoE over hit experts (EXP): a unit is 16 rows of one expert that the pairs hit, times all the
+  // (at most 8) tokens, stored to the pairs that chose it
+  constexpr bool EXP = MOE && MT == 8;
+  static_assert(!ONE || ((MT == 2 || (MT == 1 && !MOE)) && !RAG),
+                "one kept value a lane: one x row a unit on the MT = 2 geometry, or dense row pairs (MT = 1)");
+  // ONE on row pairs (ONE1, NOTES.md v32): A's rows g + 8 hold row 1's chunk g ^ 2 and B's column j
+  // chunk j ^ 4 in odd groups, so that lane (g, c) keeps one product a pair of groups (role c ^ (g >> 1))
+  constexpr bool ONE1 = ONE && MT == 1;
+  static_assert(!KS || (MT == 8 && !MOE && !RAG), "K split over a cluster: dense MT = 8");
+  constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
+  const int RS = stream_rs<T, MT, RAG>(), STAGE = RPU * RS;
+  const int GR = Prep<T>::gr(1);
+  extern __shared__ __align__(16) uint8_t smem[];
+
+  grid_dep_launch();  // the next kernel, launched as a dependent, may place its CTAs as these leave
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, WPC = blockDim.x >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int rho = g / CPS, kap = g % CPS;  // lane's A rows (rho, rho + MT) and chunk; its B token rho
+  const int N = a.N, K = a.K, S = a.S;
+  const int nch = R::chunks(K), nst = (nch + CPS - 1) / CPS;
+  const size_t RB = stream_rec_stride<T, MT>(K);  // one x row's records
+  const int nx = MOE ? a.nx : ONE ? 1 : MT;
+  const auto rec_off = [&](int xr) { return stream_rec_off(xr, RB, MT); };
+  uint8_t* recs = smem;
+  uint8_t* buf = recs + nx * RB + (size_t)warp * S * STAGE;
+  int* sid = reinterpret_cast<int*>(recs + nx * RB + (size_t)WPC * S * STAGE);  // MOE: experts
+  // EXP: the tables of exp_table_ints after the pairs' experts
+  int* first_of = sid + exp_sid_ints(a.P);
+  int* hexp = first_of + exp_first_of_ints(a.n_experts);
+  int* hid = hexp + 64;
+  uint32_t* hmask = reinterpret_cast<uint32_t*>(hid + 64);
+  int* nhit = reinterpret_cast<int*>(hmask + 64 * 8);
+  // a.split (dense only, so after the stages): per unit of the CTA, the {RPU rows x MT tokens} sums of
+  // the warps that each read part of it, then the count of its stages added
+  constexpr int SLOT = split_slot(MT);
+  float* sums = reinterpret_cast<float*>(sid);
+
+  const int hN = (N + RPU - 1) / RPU;
+  int units = MOE ? a.P * hN : hN;  // EXP: set once the hit experts are known
+  // KS: the CTAs of a cluster read the same units, rank r the r-th of its equal slices of K (a.K is the
+  // slice), and meet in rank 0's shared memory at the end (one unit a warp at most)
+  const int rank = KS ? (int)cluster_reg_rank() : 0;
+  const int gw = (KS ? (int)cluster_reg_id() : (int)blockIdx.x) * WPC + warp;
+  const int GW = (KS ? (int)cluster_reg_count() : (int)gridDim.x) * WPC;
+  const auto wbase = [&]() { return KS ? a.w + (int64_t)rank * nch * L::CB : a.w; };  // rows' first byte of the slice
+  // Q6_K (MIS) slices start 4-byte aligned (420-byte chunks): how far past a 16-byte boundary, which
+  // every stage's copy start (mis) adds to its offset in the slice
+  const int kph = KS && L::MIS ? (int)(((int64_t)rank * nch * L::CB) & 15) : 0;
+  if constexpr (KS) cluster_arrive_relaxed();  // (waited on before the first store into rank 0)
+  // Warp gw reads units gw, gw + GW, ... whole; or, a.split, CTA b owns units [u0, u1) and its warps
+  // read equal runs of their stages [j0, j0 + total), the warps of a unit cut between them adding into
+  // `sums`, and the one that completes its stages storing it; or, MoE a.local, CTA b owns units [u0,
+  // u1) (pair-major: a pair or two), warp w reads u0 + w, u0 + w + WPC, ... whole, and the CTA builds
+  // the records of those pairs' x rows only, from row xr0 on.
+  const bool split = (MT == 2 || MT == 4) && !MOE && !ONE && a.split;  // (the launch splits only these)
+  const bool local = MOE && a.local;
+  const int u0 = split || local ? (int)((int64_t)blockIdx.x * units / gridDim.x) : 0;
+  int u1 = split || local ? (int)((int64_t)(blockIdx.x + 1) * units / gridDim.x) : units;
+  int ufirst = local ? u0 + warp : gw, ustep = local ? WPC : GW;  // EXP: set with the units
+  const int xr0 = local ? u0 / hN / a.x_div : 0;
+  // x rows with records: dense and EXP, only tokens below M (a padded token's D columns are never stored)
+  const int nxl = !local ? (MOE && !EXP ? nx : min(nx, a.M)) : u1 > u0 ? (u1 - 1) / hN / a.x_div - xr0 + 1 : 0;
+  const int j0 = u0 * nst + (int)((int64_t)warp * (u1 - u0) * nst / WPC);
+  int total = split ? u0 * nst + (int)((int64_t)(warp + 1) * (u1 - u0) * nst / WPC) - j0
+                    : (ufirst < u1 ? (u1 - 1 - ufirst) / ustep + 1 : 0) * nst;  // stages this warp reads
+  const XT* x = reinterpret_cast<const XT*>(a.x) + (KS ? rank * K : 0) + (int64_t)xr0 * a.x_stride;
+  const int nG = K / L::GS, nGp = nch * GPC;  // groups of K; with a short last chunk's padding (RAG)
+  // group G of the x rows' padded groups as float (zeros for a token past M: M = 3 on MT = 4, never
+  // stored, and for the padding)
+  const auto load_x = [&](int G, float (&v)[L::GS]) {
+    const int xr = G / nGp, Gl = G - xr * nGp;
+    if ((MOE || xr < a.M) && Gl < nG) {
+      load_group(x + xr * a.x_stride + (int64_t)Gl * L::GS, v);
+    } else {
+#pragma unroll
+      for (int e = 0; e < L::GS; ++e) v[e] = 0.f;
+    }
+  };
+  // (MT = 8) the same as 16-byte pieces, converted when used
+  const auto load_raw = [&](int G, uint4 (&r)[L::GS / 8]) {
+    const int xr = G / nGp, Gl = G - xr * nGp;
+    const bool in = xr < a.M && Gl < nG;
+    const uint4* p = reinterpret_cast<const uint4*>(x + xr * a.x_stride + (int64_t)Gl * L::GS);
+#pragma unroll
+    for (int i = 0; i < L::GS / 8; ++i) r[i] = in ? p[i] : make_uint4(0, 0, 0, 0);
+  };
+  // unit u's first weight row (rows past N are read as row N - 1 and not stored)
+  const auto rows_of = [&](int u) {
+    int rp = u;
+    const uint8_t* w = wbase();
+    if constexpr (MOE) {
+      const int q = u / hN;
+      rp = u - q * hN;
+      w += (int64_t)max(EXP ? hexp[q] : sid[q], 0) * a.expert_bytes;
+    }
+    return w + (int64_t)(RPU * rp) * a.row_bytes;
+  };
+
+  // the warp's stages in order (unit gw + j * GW, chunks CPS * s ...; split: from stage j0 on), the
+  // next one into buffer `st`: each warp-wide cp.async covers 512 contiguous bytes of one row
+  int is = split ? j0 % nst : 0, ip = split ? j0 / nst : ufirst, ii = 0;
+  const uint8_t* iw = wbase();
+  int ilast = 0;  // last row of the unit that exists, counted from its first
+  const uint8_t* irow = iw;  // the row the lane copies: EXP (RAG, MT = 8) and the MT = 2 form (not ONE)
+  auto issue = [&](int st) {
+    if (ii < total) {
+      if (is == 0 || ii == 0) {
+        iw = rows_of(ip);
+        ilast = min(RPU - 1, N - 1 - RPU * (MOE ? ip % hN : ip));  // dense: ip < units = hN
+        if constexpr (RAG && MT == 8) irow = iw + (int64_t)slot_row(lane >> 1, ilast) * a.row_bytes;
+        else if constexpr (!RAG && MT == 2 && !ONE) irow = iw + (int64_t)min(lane >> 3, ilast) * a.row_bytes;
+      }
+      const int b0 = CPS * is * L::CB, mis = L::MIS ? (kph + b0) & 15 : 0;
+      const int nc = min(CPS, nch - CPS * is);
+      const int nP = L::MIS ? (mis + nc * L::CB + 15) / 16 : nc * (L::CB / 16);  // 16-byte pieces per row
+      const uint8_t* s0 = iw + (b0 - mis);
+      uint8_t* d = buf + st * STAGE;
+      constexpr int NPF = stream_rs<T, MT, RAG>() / 16;  // pieces per row of a full stage: a fixed trip count
+      if constexpr (RAG && MT == 8) {  // as below, 16 rows in slot_row's order, a stage one chunk: lanes
+                                       // 2j, 2j + 1 copy slot j's even and odd pieces, so each lane's row
+                                       // (irow) is set once a unit and its pieces are fixed offsets
+        const uintptr_t a0 = (uintptr_t)(irow + b0);
+        const int m = (int)(a0 & 15), h = lane & 1;
+        const int v = m + (int)min((int64_t)L::CB, a.row_bytes - b0) - 16 * h;  // row bytes from piece h on
+        const uint8_t* p0 = reinterpret_cast<const uint8_t*>(a0 - m);
+        uint8_t* dj = d + (lane >> 1) * RS + 16 * h;
+#pragma unroll
+        for (int k = 0; k < (NPF + 1) / 2; ++k) {
+          if (2 * k + h < (m + L::CB + 15) >> 4) cp16_part(dj + 32 * k, p0, 16 * h + 32 * k, v - 32 * k);
+        }
+      } else if constexpr (RAG) {  // each row from the 16-byte boundary below its stage, up to the row's end;
+                                   // a missing second row reads the row before (N >= 2): same alignment as an odd row
+        const uintptr_t a0 = (uintptr_t)(iw + b0), a1 = a0 + (ilast > 0 ? a.row_bytes : -a.row_bytes);
+        const int m0 = (int)(a0 & 15), m1 = (int)(a1 & 15);
+        const int nb = (int)min((int64_t)nc * L::CB, a.row_bytes - b0);  // bytes of the row; past them zeros
+        const uint8_t* p0 = reinterpret_cast<const uint8_t*>(a0 - m0);
+        const uint8_t* p1 = reinterpret_cast<const uint8_t*>(a1 - m1);
+#pragma unroll
+        for (int k = 0; k < (NPF + 31) / 32; ++k) {
+          const int pc = lane + 32 * k;
+          const int v0 = m0 + nb - 16 * pc, v1 = m1 + nb - 16 * pc;  // bytes of the row in piece pc
+          if (pc < (m0 + nc * L::CB + 15) >> 4) cp16_part(d + 16 * pc, p0, 16 * pc, v0);
+          if (pc < (m1 + nc * L::CB + 15) >> 4) cp16_part(d + RS + 16 * pc, p1, 16 * pc, v1);
+        }
+      } else if constexpr (MT == 1) {  // the measured M = 1 form (NOTES.md v7): two cp.async per piece, no row index
+        const uint8_t* s1 = s0 + (ilast > 0 ? a.row_bytes : 0);
+#pragma unroll
+        for (int k = 0; k < (NPF + 31) / 32; ++k) {
+          const int pc = lane + 32 * k;
+          if (pc < nP) {
+            cp16(d + 16 * pc, s0 + 16 * pc);
+            cp16(d + RS + 16 * pc, s1 + 16 * pc);
+          }
+        }
+      } else if constexpr (ONE) {  // the M = 1 form's copies over 4 rows: every row a contiguous run
+        const uint8_t* sr[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) sr[r] = s0 + (int64_t)min(r, ilast) * a.row_bytes;
+#pragma unroll
+        for (int k = 0; k < (NPF + 31) / 32; ++k) {
+          const int pc = lane + 32 * k;
+          if (pc < nP) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) cp16(d + r * RS + 16 * pc, sr[r] + 16 * pc);
+          }
+        }
+      } else if constexpr (MT == 2) {  // 8 lanes a row (its pointer set once a unit), lane h of them pieces
+                                       // h, h + 8, ...: M = 2 -4..-8% against the form below (NOTES.md v19),
+                                       // which MT = 4 and 8 keep (their 2-4 lanes a row lost up to 47%)
+        const int h = lane & 7;
+        const uint8_t* src = irow + (b0 - mis) + 16 * h;
+        uint8_t* dst = d + (lane >> 3) * RS + 16 * h;
+#pragma unroll
+        for (int k = 0; k < (NPF + 7) / 8; ++k)
+          if (h + 8 * k < nP) cp16(dst + 128 * k, src + 128 * k);
+      } else {
+#pragma unroll
+        for (int k = 0; k < (RPU * NPF + 31) / 32; ++k) {
+          const int q = lane + 32 * k, r = q / NPF, pc = q - r * NPF;
+          if (r < RPU && pc < nP) cp16(d + r * RS + 16 * pc, s0 + (int64_t)min(r, ilast) * a.row_bytes + 16 * pc);
+        }
+      }
+      if (++is == nst) { is = 0; ip += split ? 1 : ustep; }
+      ++ii;
+    }
+  };
+  // Launched as a programmatic dependent launch (launch_choice), this CTA may start before the kernel
+  // that writes x (and the MoE ids) has finished. Asking for the first stage's weights before waiting
+  // on it was measured slower (NOTES.md v13: the x loads then queue behind them): nothing is read
+  // before the wait; nor was an L2 prefetch of each warp's first stages by the copy engine (v25: 3-5%
+  // slower matmul after matmul, where the previous kernel's tail still uses the bandwidth).
+  grid_dep_wait();
+  float v0[L::GS];  // the thread's first group, requested before the expert ids are waited for
+  uint4 r0[L::GS / 8];  // (MT = 8: as pieces)
+  if (threadIdx.x < nxl * nGp) {
+    if constexpr (MT == 8) load_raw(threadIdx.x, r0);
+    else load_x(threadIdx.x, v0);
+  }
+  if constexpr (MOE) {  // unroutable ids read expert 0 and write zeros
+    for (int q = threadIdx.x; q < a.P; q += blockDim.x) {
+      const int64_t e = load_id(a.ids, a.ids64, q);
+      sid[q] = e >= 0 && e < a.n_experts ? (int)e : -1;
+    }
+    if constexpr (EXP) {  // the hit experts (unroutable pairs: one more, -1), in order of their first pair
+      for (int i = threadIdx.x; i < a.n_experts + 1; i += blockDim.x) first_of[i] = 0x7FFFFFFF;
+      for (int i = threadIdx.x; i < 64 * 8; i += blockDim.x) hmask[i] = 0u;
+      __syncthreads();
+      for (int q = threadIdx.x; q < a.P; q += blockDim.x) atomicMin(&first_of[sid[q] + 1], q);
+      __syncthreads();
+      if (warp == 0) {
+        int nh = 0;
+        for (int b = 0; b < a.P; b += 32) {
+          const int q = b + lane;
+          const bool first = q < a.P && first_of[sid[q] + 1] == q;
+          const uint32_t m = __ballot_sync(0xFFFFFFFFu, first);
+          if (first) {
+            const int h = nh + __popc(m & ((1u << lane) - 1u));
+            hexp[h] = sid[q];
+            hid[q] = h;
+          }
+          nh += __popc(m);
+        }
+        if (lane == 0) *nhit = nh;
+      }
+      __syncthreads();
+      // slots of token t (x row) that chose hit h: bit s of hmask[8 h + t] (read after the records' barrier)
+      for (int q = threadIdx.x; q < a.P; q += blockDim.x)
+        atomicOr(&hmask[8 * hid[first_of[sid[q] + 1]] + q / a.x_div], 1u << (q % a.x_div));
+      // CTA b owns units [u0, u1), its warps u0 + w, u0 + w + WPC, ...: every SM the same share of the
+      // hits the launch could not count
+      units = *nhit * hN;
+      const int e0 = (int)((int64_t)blockIdx.x * units / gridDim.x);
+      u1 = (int)((int64_t)(blockIdx.x + 1) * units / gridDim.x);
+      ufirst = ip = e0 + warp;
+      ustep = WPC;
+      total = (ufirst < u1 ? (u1 - 1 - ufirst) / ustep + 1 : 0) * nst;
+    }
+    __syncthreads();
+  }
+  for (int s = 0; s < S - 1; ++s) { issue(s); commit(); }
+  if constexpr (MT == 8) {
+    // 8 tokens' records, about 5 groups a thread at 7 warps: each group's x asked for an iteration
+    // ahead (M = 8 4096 -> 14336: -2..-3%, NOTES.md v13)
+    for (int G = threadIdx.x; G < nxl * nGp; G += blockDim.x) {
+      uint4 rn[L::GS / 8];
+      if (G + (int)blockDim.x < nxl * nGp) load_raw(G + blockDim.x, rn);
+      float v[L::GS];
+#pragma unroll
+      for (int i = 0; i < L::GS / 8; ++i) piece_floats<XT>(r0[i], v + 8 * i);
+      const int xr = G / nGp;
+      R::group(v, G - xr * nGp, K, recs + rec_off(xr));
+#pragma unroll
+      for (int i = 0; i < L::GS / 8; ++i) r0[i] = rn[i];
+    }
+  } else {
+    for (int G = threadIdx.x; G < nxl * nGp; G += blockDim.x) {
+      const int xr = G / nGp;
+      if (G == threadIdx.x) {
+        R::group(v0, G - xr * nGp, K, recs + rec_off(xr));
+      } else {
+        float v[L::GS];
+        load_x(G, v);
+        R::group(v, G - xr * nGp, K, recs + rec_off(xr));
+      }
+    }
+  }
+  if (split) {
+    for (int i = threadIdx.x; i < SLOT * (u1 - u0); i += blockDim.x) sums[i] = 0.f;
+  }
+  __syncthreads();
+
+  // kept products: lane (g, c) holds columns 2c, 2c + 1; the one of chunk kap is element g & 1, when
+  // it is there; its token is (2c + (g & 1)) / CPS
+  const bool keep = (2 * c) % CPS == (kap & ~1);
+  const int one_t = c ^ (ONE1 ? g >> 1 : kap);  // ONE: the lane's role
+  const int tok = MT == 8 ? 2 * c : (2 * c + (g & 1)) / CPS;  // MT = 8: tokens 2c and 2c + 1
+  // MT = 8, the x rows whose records B column g and the lane's tokens read: EXP holds the records of its
+  // nx tokens only, and a token past them (never stored) reads row 0's
+  const int tb = g < nx ? g : 0, t0 = tok < nx ? tok : 0, t1 = tok + 1 < nx ? tok + 1 : 0;
+  float acc[MT == 8 ? 4 : 2] = {};  // (row rho, row rho + MT) x (tok[, tok + 1])
+  int cur = 0, s = split ? j0 % nst : 0, p = split ? j0 / nst : ufirst;  // buffer, stage of the unit, unit of stage i
+  int s_head = s;  // the unit's first stage in this warp
+  // the unit's x records, first row and output base
+  const uint8_t* xrec = recs;
+  const uint8_t* wrow = a.w;  // RAG: the unit's first row, whose address gives the stages' offsets
+  int row0 = 0;
+  int64_t obase = 0;
+  bool zero = false;
+  int uh = 0;  // EXP: the unit's hit
+  const uint8_t *wa = nullptr, *wb = nullptr;  // RAG, MT = 8: the lane's two rows (slots g, g + 8)
+  const auto unit_io = [&](int u) {
+    if constexpr (RAG) wrow = rows_of(u);
+    if constexpr (EXP) {
+      uh = u / hN;
+      row0 = RPU * (u - uh * hN);
+      zero = hexp[uh] < 0;
+      const int last = min(RPU - 1, N - 1 - row0);
+      wa = wrow + (int64_t)slot_row(g, last) * a.row_bytes;
+      wb = wrow + (int64_t)slot_row(g + 8, last) * a.row_bytes;
+    } else if constexpr (MOE) {
+      const int q = u / hN;
+      xrec = recs + rec_off(q / a.x_div - xr0);
+      obase = (int64_t)q * a.out_stride;
+      row0 = RPU * (u - q * hN);
+      zero = sid[q] < 0;
+    } else {
+      row0 = RPU * u;
+    }
+  };
+  if (total > 0) unit_io(p);
+  // the unit's sums (lanes (lane & RED) == 0) to rows row0 + rho, row0 + rho + MT of its tokens
+  const auto store_unit = [&] {
+    if constexpr (EXP) {  // rows 2g, 2g + 1 (slot_row) of tokens tok, tok + 1, to each pair that chose the hit
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int t = tok + e, r0 = row0 + 2 * g;
+        for (uint32_t m = t < a.M ? hmask[8 * uh + t] : 0u; m; m &= m - 1) {
+          const int64_t o = (int64_t)(t * a.x_div + __ffs(m) - 1) * a.out_stride;
+          if (r0 < N) store_out(a, o + r0, zero ? 0.f : acc[e]);
+          if (r0 + 1 < N) store_out(a, o + r0 + 1, zero ? 0.f : acc[2 + e]);
+        }
+      }
+      return;
+    }
+    const int r0 = row0 + rho, r1 = r0 + MT;
+#pragma unroll
+    for (int e = 0; e < (MT == 8 ? 2 : 1); ++e) {  // MT = 8: acc = {(r0, tok), (r0, tok + 1), (r1, tok), (r1, tok + 1)}
+      if (MOE ? tok == 0 : tok + e < a.M) {
+        const int64_t o = obase + (int64_t)(tok + e) * a.out_stride;
+        const float v0 = MT == 8 ? acc[e] : acc[0], v1 = MT == 8 ? acc[2 + e] : acc[1];
+        if (r0 < N) store_out(a, o + r0, zero ? 0.f : v0);
+        if (r1 < N) store_out(a, o + r1, zero ? 0.f : v1);
+      }
+    }
+  };
+  for (int i = 0; i < total; ++i) {
+    wait_stages(S);
+    __syncwarp();
+    issue(cur == 0 ? S - 1 : cur - 1);
+    commit();
+    const int c0 = CPS * s;
+    // lanes whose chunk is past K (a short last stage) decode the stage's first chunk: their
+    // products are not kept
+    const bool live = kap < nch - c0;
+    const int ch = c0 + (live ? kap : 0);
+    const int mis = L::MIS ? (kph + c0 * L::CB) & 15 : 0;  // where the stage's copy starts before its first chunk
+    const uint8_t* rg = buf + cur * STAGE + rho * RS + mis + (ch - c0) * L::CB;
+    const uint8_t* rg8 = rg + MT * RS;
+    const bool live8 = ONE1 ? (kap ^ 2) < nch - c0 : live;  // ONE1: row 1's chunk kap ^ 2
+    const int ch8 = ONE1 ? c0 + (live8 ? kap ^ 2 : 0) : ch;
+    if constexpr (ONE1) rg8 = buf + cur * STAGE + (rho + 1) * RS + mis + (ch8 - c0) * L::CB;
+    if constexpr (RAG && MT == 8) {  // rows at their own offsets, in slot_row's order
+      rg = buf + cur * STAGE + g * RS + (((uintptr_t)wa + c0 * L::CB) & 15);
+      rg8 = buf + cur * STAGE + (g + 8) * RS + (((uintptr_t)wb + c0 * L::CB) & 15);
+    } else if constexpr (RAG) {  // rows at their own offsets
+      const uintptr_t a0 = (uintptr_t)wrow + c0 * L::CB, a1 = a0 + (row0 + 1 < N ? a.row_bytes : -a.row_bytes);
+      rg = buf + cur * STAGE + (a0 & 15) + (ch - c0) * L::CB;
+      rg8 = buf + cur * STAGE + RS + (a1 & 15) + (ch - c0) * L::CB;
+    }
+    const uint8_t* Bp = xrec + (MOE && !EXP ? 0 : rec_off(MT == 8 ? tb : rho)) + (size_t)ch * R::bstride() + c * (8 * STEPS);
+    const uint8_t* Bo = Bp;  // ONE: column g of odd groups
+    if constexpr (ONE) {  // column g holds chunk (g >> 1) ^ (g & 1) in even groups, that ^ 2 in odd ones
+                          // (ONE1: chunk g, and g ^ 4)
+      const int ne = ONE1 ? g : (g >> 1) ^ (g & 1), no = ne ^ (ONE1 ? 4 : 2);
+      Bp = xrec + (size_t)(c0 + (ne < nch - c0 ? ne : 0)) * R::bstride() + c * (8 * STEPS);
+      Bo = xrec + (size_t)(c0 + (no < nch - c0 ? no : 0)) * R::bstride() + c * (8 * STEPS);
+    }
+    const uint8_t* Sp = xrec + ((MOE && !EXP) || ONE ? 0 : rec_off(MT == 8 ? t0 : tok)) + (size_t)nch * R::bstride() +
+                        (size_t)(ONE1 && (one_t & 1) ? ch8 : ch) * R::sstride();
+    const auto product = [&](int q, const uint32_t (&A)[2][4], float (&D)[4]) {
+      uint32_t b[4] = {0u, 0u, 0u, 0u};
+      const uint8_t* Bq = (ONE && (q & 1) ? Bo : Bp) + q * R::BREC;
+      if constexpr (STEPS == 2) {
+        const uint4 r = *reinterpret_cast<const uint4*>(Bq);
+        b[0] = r.x; b[1] = r.y; b[2] = r.z; b[3] = r.w;
+      } else {
+        const uint2 r = *reinterpret_cast<const uint2*>(Bq);
+        b[0] = r.x; b[1] = r.y;
+      }
+      mma16816_z(D, A[0], b[0], b[1]);
+      if constexpr (STEPS == 2) mma16816(D, A[1], b[2], b[3]);
+    };
+    if constexpr (MT == 8) {  // every product kept, the epilogue right after it (registers)
+      const auto all = [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+        float D[4];
+        product(q, A, D);
+        const uint8_t* Sp1 = Sp + (rec_off(t1) - rec_off(t0));  // token tok + 1's
+        const float2 s0 = *reinterpret_cast<const float2*>(Sp + q * GR);
+        const float2 s1 = *reinterpret_cast<const float2*>(Sp1 + q * GR);
+        acc[0] = fmaf(sg, fmaf(s0.x, D[0], s0.y), acc[0]);
+        acc[1] = fmaf(sg, fmaf(s1.x, D[1], s1.y), acc[1]);
+        acc[2] = fmaf(sg8, fmaf(s0.x, D[2], s0.y), acc[2]);
+        acc[3] = fmaf(sg8, fmaf(s1.x, D[3], s1.y), acc[3]);
+        if constexpr (L::HAS_MIN) {
+          const float S0 = *reinterpret_cast<const float*>(Sp + q * GR + 16);
+          const float S1 = *reinterpret_cast<const float*>(Sp1 + q * GR + 16);
+          acc[0] = fmaf(og, S0, acc[0]);
+          acc[1] = fmaf(og, S1, acc[1]);
+          acc[2] = fmaf(og8, S0, acc[2]);
+          acc[3] = fmaf(og8, S1, acc[3]);
+        }
+      };
+      if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, all);
+      else L::chunk(rg, rg8, c, all);
+    } else if constexpr (ONE) {  // each pair of groups' products, then the lane's one kept value of each
+                                 // pair: role t = c ^ kap, D[0] (row rho) or D[3] (row rho + 2) of the
+                                 // even group (t < 2) or the odd one; its scale read by the lane itself
+      // in runs of DEF groups as below (Q6_K's 32 a chunk: 8), which L::chunk gives in any order within
+      // a run (Q6_K: its even groups first) but each run before the next; the last one's index ends it
+      constexpr int DEF = GPC > 16 ? 8 : GPC;
+      float ev[DEF / 2];
+      const uint8_t* myc = (one_t & 1) ? rg8 : rg;
+      const bool mylive = (one_t & 1) ? live8 : live;
+      L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
+        float D[4];
+        product(q, A, D);
+        // ONE1: D[2 (t & 1) + (g & 1)] (row t & 1, column g or g ^ 2, whose chunk is that row's)
+        const float v = ONE1 ? ((one_t & 1) ? ((g & 1) ? D[3] : D[2]) : ((g & 1) ? D[1] : D[0]))
+                             : (one_t & 1) ? D[3] : D[0];
+        if ((q & 1) == (one_t >> 1)) ev[(q % DEF) >> 1] = v;
+        if (q % DEF == DEF - 1 && mylive) {
+#pragma unroll
+          for (int j = 0; j < DEF / 2; ++j) {
+            const int G = q - (DEF - 1) + 2 * j + (one_t >> 1);
+            float sg, og;
+            L::scale(myc, G, sg, og);
+            const float2 sb = *reinterpret_cast<const float2*>(Sp + G * GR);
+            acc[0] = fmaf(sg, fmaf(sb.x, ev[j], sb.y), acc[0]);
+            if constexpr (L::HAS_MIN) acc[0] = fmaf(og, *reinterpret_cast<const float*>(Sp + G * GR + 16), acc[0]);
+          }
+        }
+      });
+    } else {  // a run of DEF groups' products first, then the kept ones' epilogue (L::chunk produces the
+              // groups of each run before the next run's; Q6_K's 32 groups a chunk go in runs of 8: with
+              // runs of 16 its MT = 2 and 4 kernels spill ~50 bytes, with 32 the D values do not fit at all)
+      constexpr int DEF = GPC > 16 ? 8 : GPC;
+      float e0[DEF], e1[DEF], f0[DEF], f1[DEF], h0[DEF], h1[DEF];
+      const auto run = [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+        float D[4];
+        product(q, A, D);
+        const int j = q % DEF;
+        e0[j] = (g & 1) ? D[1] : D[0]; e1[j] = (g & 1) ? D[3] : D[2];
+        f0[j] = sg; f1[j] = sg8; h0[j] = og; h1[j] = og8;
+        if (DEF < GPC && j == DEF - 1 && keep && live)
+          kept_epilogue<DEF, L::HAS_MIN>(e0, e1, f0, f1, h0, h1, Sp + (q - j) * GR, GR, acc);
+      };
+      if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, run);
+      else L::chunk(rg, rg8, c, run);
+      if (DEF == GPC && keep && live) kept_epilogue<DEF, L::HAS_MIN>(e0, e1, f0, f1, h0, h1, Sp, GR, acc);
+    }
+    __syncwarp();
+    cur = cur + 1 == S ? 0 : cur + 1;
+    const bool unit_end = ++s == nst;
+    if (unit_end || (split && i == total - 1)) {  // the unit's last stage (or the warp's): sum over the
+                                                  // lanes of one (row, token): chunks kap, and columns c
+                                                  // of the same token
+      constexpr int RED = MT == 8 ? 0 : ((CPS - 1) << 2) | (CPS / 2 - 1);
+      if constexpr (ONE1) {  // a row's 16 lanes: lane bit 0 ^ bit 3 fixed (row 1 where it is set)
+        for (int o : {2, 4, 16, 9}) acc[0] += __shfl_xor_sync(0xFFFFFFFFu, acc[0], o);
+        if (lane < 2) {  // lanes 0, 1: rows 0, 1
+          const int r = row0 + lane;
+          if (r < N) store_out(a, obase + r, zero ? 0.f : acc[0]);
+        }
+      } else if constexpr (ONE) {  // a row's 8 lanes: lane bit 4 and bit 0 ^ bit 2 fixed
+        for (int o : {2, 8, 5}) acc[0] += __shfl_xor_sync(0xFFFFFFFFu, acc[0], o);
+        if ((lane & ~17) == 0) {  // lanes 0, 16, 1, 17: rows 0, 1, 2, 3
+          const int r = row0 + (g >> 2) + 2 * ((c ^ g) & 1);
+          if (r < N) store_out(a, obase + r, zero ? 0.f : acc[0]);
+        }
+      } else {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        if (RED & o) {
+#pragma unroll
+          for (float& v : acc) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+        }
+      }
+      bool emit = true;
+      if constexpr (MT == 2 || MT == 4) {
+        if (split && !(unit_end && s_head == 0)) {  // a unit cut between warps: add; the last to add stores
+          float* us = sums + SLOT * (p - u0);
+          float* at[2] = {us + rho * MT + tok, us + (rho + MT) * MT + tok};  // acc's (row, token) slots
+          if ((lane & RED) == 0) {
+            atomicAdd(at[0], acc[0]);
+            atomicAdd(at[1], acc[1]);
+          }
+          __threadfence_block();
+          __syncwarp();
+          int last = 0;
+          if (lane == 0) {
+            const int done = s - s_head;
+            last = atomicAdd(reinterpret_cast<int*>(us + SLOT - 1), done) + done == nst;
+          }
+          emit = __shfl_sync(0xFFFFFFFFu, last, 0) != 0;
+          __threadfence_block();
+          if (emit && (lane & RED) == 0) {
+            acc[0] = *reinterpret_cast<volatile float*>(at[0]);
+            acc[1] = *reinterpret_cast<volatile float*>(at[1]);
+          }
+        }
+      }
+      if (!KS && emit && (lane & RED) == 0) store_unit();  // KS: one unit a warp, whose slice's sums stay
+      }                                                     // in acc for the cluster's epilogue
+      if constexpr (!KS) {
+#pragma unroll
+        for (float& v : acc) v = 0.f;
+      }
+      if (unit_end) {
+        s = s_head = 0;
+        p += split ? 1 : ustep;
+        if (p < units) unit_io(p);
+      }
+    }
+  }
+  if constexpr (KS) {  // ranks 1.. put their sums in rank 0's slots [rank - 1][warp][lane], which adds and stores
+    float* slots = reinterpret_cast<float*>(recs + nx * RB + (size_t)WPC * S * STAGE);
+    const int Z = (int)cluster_reg_size();
+    cluster_wait_acquire();  // every CTA of the cluster has started (the arrive at the top)
+    const bool has_unit = gw < units;
+    if (rank > 0 && has_unit) st_rank0_v4(slots + ((size_t)(rank - 1) * WPC + warp) * 128 + lane * 4, acc);
+    cluster_arrive_release();
+    cluster_wait_acquire();
+    if (rank == 0 && has_unit) {
+      for (int r = 1; r < Z; ++r) {
+        const float4 v = *reinterpret_cast<const float4*>(slots + ((size_t)(r - 1) * WPC + warp) * 128 + lane * 4);
+        acc[0] += v.x; acc[1] += v.y; acc[2] += v.z; acc[3] += v.w;
+      }
+      store_unit();
+    }
+  }
+  wait_n<0>();
+}
+}  // namespace fast
+}  // namespace gq
