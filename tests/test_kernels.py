@@ -425,6 +425,35 @@ def test_moe_matmul_pairs_without_one():
     run_child({"GGUF_KERNELS_FAST_ONE": "0"}, __file__, "fast_pairs and bfloat16", " passed")
 
 
+@pytest.mark.parametrize("x3d", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "IQ4_XS", "MXFP4"])
+def test_moe_matmul_flat_items(name, dtype, x3d, rng):
+    """K of 1, 2 and 3 chunks (256 elements; IQ4_XS, MXFP4 512) with N a multiple of the flat units'
+    rows (16, 8, 16): the stream kernel's units of flat (row, chunk) items, which keep every product slot
+    busy where K has fewer than 4 chunks; T = 1 and 8, repeated experts, unroutable ids (-1, E) whose rows
+    must be zeros. (4 chunks: the 4-row form, flat with GGUF_KERNELS_FAST_FLAT=4.)"""
+    ce = 512 if name in ("IQ4_XS", "MXFP4") else 256
+    E, top_k = 12, 4
+    for n, N, T in [(1, 48, 8), (2, 40, 5), (3, 32, 1), (3, 2048, 8), (4, 36, 3)]:
+        packed = random_packed(name, (E, N), n * ce, rng)
+        w = ref_dequant(packed, name).double()
+        ids = torch.from_numpy(rng.integers(0, E, (T, top_k))).to(DEV)
+        ids[0, 1] = -1
+        if T > 1:
+            ids[T - 1, 2] = E
+        x = torch.randn((T, top_k, n * ce) if x3d else (T, n * ce), device=DEV, dtype=dtype)
+        check_moe_with_unroutable(x, packed, w, ids, name, TOL[dtype])
+
+
+@pytest.mark.parametrize("flat", ["0", "4"])
+def test_moe_matmul_flat_knob(flat):
+    """GGUF_KERNELS_FAST_FLAT (read once a process): 0 keeps the 4-row form (ONE) on the flat cases and
+    the Qwen3 down shapes; 4 takes K of 4 chunks flat too (units of 4 rows, one stage): in a child."""
+    run_child({"GGUF_KERNELS_FAST_FLAT": flat}, __file__,
+              "(flat_items and bfloat16) or (pairs_local and not True) or stream_one", " passed")
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("T, top_k", [(1, 4), (2, 4), (5, 4), (8, 4), (8, 8)])
 def test_moe_matmul_hit_experts(T, top_k, dtype, rng):

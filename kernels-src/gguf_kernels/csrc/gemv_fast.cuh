@@ -508,6 +508,13 @@ GQ_HD int slot_row(int j, int last) {
   return r <= last ? r : j < 8 ? 0 : last >= 1 ? 1 : -1;
 }
 
+// gemv_stream_kernel's MoE pairs on flat items (FLAT, K of nch <= 4 chunks): the fewest rows of a unit
+// whose chunks fill whole stages of 16 chunks, the unit's stages, and each warp's shared memory for the
+// unit's item sums (at most 48: 16 rows of 3 chunks)
+GQ_HD constexpr int flat_rows(int nch) { return 16 / (nch & -nch); }
+GQ_HD constexpr int flat_stages(int nch) { return nch / (nch & -nch); }
+constexpr int kFlatItemBytes = 48 * 4;
+
 // Floats per unit of gemv_stream_kernel's split sums (MT = 2, 4): 2 MT rows x MT tokens, then the
 // stage count.
 GQ_HD constexpr int split_slot(int MT) { return 2 * MT * MT + 1; }

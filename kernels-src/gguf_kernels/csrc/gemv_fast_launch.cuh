@@ -276,7 +276,8 @@ template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   const int sms = num_sms();
   const int S = knob_s() ? knob_s() : 2;
-  const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * S * 2 * MT * stream_rs<T, MT, RAG>(); };
+  constexpr size_t item_bytes = MOE && ONE && MT == 1 ? kFlatItemBytes : 0;  // FLAT's item sums a warp
+  const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * (S * 2 * MT * stream_rs<T, MT, RAG>() + item_bytes); };
   StreamChoice best{0, 0, 0, 0, 0, 0};
   int best_rounds = 0, best_cap = 0;
   int64_t best_work = 0;  // rounds x warps per SM: the busiest SM's share of the units
@@ -331,7 +332,8 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
 
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 StreamChoice stream_choice(const FastArgs& a, int units, size_t fixed) {
-  const int nch = StreamRecs<T>::chunks(a.K), nst = (nch + 8 / MT - 1) / (8 / MT);
+  const int nch = StreamRecs<T>::chunks(a.K);
+  const int nst = MOE && ONE && MT == 1 ? flat_stages(nch) : (nch + 8 / MT - 1) / (8 / MT);
   return choose_stream<T, XT, MOE, MT, RAG, ONE>(units, fixed, nst,
                                                  (MOE ? a.nx : ONE ? 1 : MT) * nch * (FT<T>::CE / FT<T>::GS));
 }
@@ -392,7 +394,8 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   // MoE over hit experts: the units were counted for the most hits, so a CTA on every SM
   if constexpr (MOE && MT == 8) ch.ctas = num_sms();
   if (MOE && a.local) {  // the records of the rows the chosen CTAs meet (a.nx was the guess for one a SM)
-    const int hN = (a.N + 2 * MT - 1) / (2 * MT), rows = local_rows(a.P * hN, hN, a.x_div, ch.ctas);
+    const int RU = MOE && ONE && MT == 1 ? flat_rows(StreamRecs<T>::chunks(a.K)) : 2 * MT;  // (FLAT's units)
+    const int hN = (a.N + RU - 1) / RU, rows = local_rows(a.P * hN, hN, a.x_div, ch.ctas);
     ch.smem += ((int64_t)rows - a.nx) * (int64_t)stream_rec_stride<T, MT>(a.K);
     a.nx = rows;
   }
@@ -410,9 +413,9 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   const size_t smem = pdl ? std::max(ch.smem, (size_t)(sm.smem / 2 - sm.reserved + 16)) : ch.smem;
   return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a);
 }
-template <int T, typename XT, bool MOE, int MT, bool RAG>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
-  return launch_choice<T, XT, MOE, MT, RAG>(a, stream_choice<T, XT, MOE, MT, RAG>(a, units, fixed), stream);
+  return launch_choice<T, XT, MOE, MT, RAG, ONE>(a, stream_choice<T, XT, MOE, MT, RAG, ONE>(a, units, fixed), stream);
 }
 inline bool knob_one_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_ONE");
@@ -660,6 +663,12 @@ inline bool knob_moe_off() {
   return v;
 }
 // GGUF_KERNELS_FAST_LOCAL=0: every CTA builds the records of all the pairs' x rows (before v17).
+// MoE pairs on flat items (FLAT, NOTES.md v35) for K of at most this many chunks (GGUF_KERNELS_FAST_FLAT;
+// 0: off, at most 4)
+inline int knob_flat() {
+  static const int v = std::min(env_knob("GGUF_KERNELS_FAST_FLAT", 3), 4);
+  return v;
+}
 inline bool knob_local_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_LOCAL");
   return v;
@@ -724,6 +733,15 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
         const int units = P * ((N + 1) / 2);
         return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, true>(a, units, fixed, stream)
                                  : launch_stream<T, __half, true, 1, true>(a, units, fixed, stream);
+      }
+    }
+    if constexpr (!L::MIS) {  // K of at most 3 chunks (Qwen3-30B-A3B's down projection) on flat items
+      const int nch = StreamRecs<T>::chunks(K);
+      if (nch <= knob_flat() && N % flat_rows(nch) == 0) {
+        const int units = P * (N / flat_rows(nch));
+        const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, false, true>(a, units, fixed, stream)
+                                                : launch_stream<T, __half, true, 1, false, true>(a, units, fixed, stream);
+        if (e != cudaErrorNotSupported) return e;
       }
     }
     return xt == DType::BF16 ? launch_stream_one_or_old<T, __nv_bfloat16, true>(a, fixed, stream)

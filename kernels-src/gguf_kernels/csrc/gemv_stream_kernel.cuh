@@ -73,11 +73,18 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   // MoE over hit experts (EXP): a unit is 16 rows of one expert that the pairs hit, times all the
   // (at most 8) tokens, stored to the pairs that chose it
   constexpr bool EXP = MOE && MT == 8;
-  static_assert(!ONE || ((MT == 2 || (MT == 1 && !MOE)) && !RAG),
-                "one kept value a lane: one x row a unit on the MT = 2 geometry, or dense row pairs (MT = 1)");
+  static_assert(!ONE || ((MT == 2 || MT == 1) && !RAG),
+                "one kept value a lane: one x row a unit on the MT = 2 geometry, dense row pairs or MoE flat items (MT = 1)");
   // ONE on row pairs (ONE1, NOTES.md v32): A's rows g + 8 hold row 1's chunk g ^ 2 and B's column j
   // chunk j ^ 4 in odd groups, so that lane (g, c) keeps one product a pair of groups (role c ^ (g >> 1))
-  constexpr bool ONE1 = ONE && MT == 1;
+  constexpr bool ONE1 = ONE && MT == 1 && !MOE;
+  // ONE on flat items (FLAT, MoE pairs with K of at most 4 chunks, NOTES.md v35): a unit is the fewest
+  // rows R whose chunks fill whole stages of 16 (flat_rows), its (row, chunk) items in memory order;
+  // A row a of stage s holds item 16 s + a, B column n chunk (n & 3) % nch, so A row g's item is kept
+  // by lane c = chunk >> 1 (element chunk & 1) and A row g + 8's by lane c = 2 + (chunk >> 1): every
+  // product slot decodes a chunk of K, where the 4-row form leaves a quarter idle at 3 chunks
+  constexpr bool FLAT = ONE && MT == 1 && MOE;
+  static_assert(!FLAT || !L::MIS, "flat items: chunks of whole 16-byte pieces");
   static_assert(!KS || (MT == 8 && !MOE && !RAG), "K split over a cluster: dense MT = 8");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
   const int RS = stream_rs<T, MT, RAG>(), STAGE = RPU * RS;
@@ -89,13 +96,16 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   const int g = lane >> 2, c = lane & 3;
   const int rho = g / CPS, kap = g % CPS;  // lane's A rows (rho, rho + MT) and chunk; its B token rho
   const int N = a.N, K = a.K, S = a.S;
-  const int nch = R::chunks(K), nst = (nch + CPS - 1) / CPS;
+  const int nch = R::chunks(K), nst = FLAT ? flat_stages(nch) : (nch + CPS - 1) / CPS;
+  const int RU = FLAT ? flat_rows(nch) : RPU;  // rows a unit
   const size_t RB = stream_rec_stride<T, MT>(K);  // one x row's records
   const int nx = MOE ? a.nx : ONE ? 1 : MT;
   const auto rec_off = [&](int xr) { return stream_rec_off(xr, RB, MT); };
   uint8_t* recs = smem;
   uint8_t* buf = recs + nx * RB + (size_t)warp * S * STAGE;
-  int* sid = reinterpret_cast<int*>(recs + nx * RB + (size_t)WPC * S * STAGE);  // MOE: experts
+  // FLAT: each warp's item sums of a unit (kFlatItemBytes), then the MoE tables
+  float* itm = reinterpret_cast<float*>(recs + nx * RB + (size_t)WPC * S * STAGE) + warp * (kFlatItemBytes / 4);
+  int* sid = reinterpret_cast<int*>(recs + nx * RB + (size_t)WPC * (S * STAGE + (FLAT ? kFlatItemBytes : 0)));  // MOE: experts
   // EXP: the tables of exp_table_ints after the pairs' experts
   int* first_of = sid + exp_sid_ints(a.P);
   int* hexp = first_of + exp_first_of_ints(a.n_experts);
@@ -107,7 +117,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   constexpr int SLOT = split_slot(MT);
   float* sums = reinterpret_cast<float*>(sid);
 
-  const int hN = (N + RPU - 1) / RPU;
+  const int hN = (N + RU - 1) / RU;
   int units = MOE ? a.P * hN : hN;  // EXP: set once the hit experts are known
   // KS: the CTAs of a cluster read the same units, rank r the r-th of its equal slices of K (a.K is the
   // slice), and meet in rank 0's shared memory at the end (one unit a warp at most)
@@ -165,7 +175,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       rp = u - q * hN;
       w += (int64_t)max(EXP ? hexp[q] : sid[q], 0) * a.expert_bytes;
     }
-    return w + (int64_t)(RPU * rp) * a.row_bytes;
+    return w + (int64_t)(RU * rp) * a.row_bytes;
   };
 
   // the warp's stages in order (unit gw + j * GW, chunks CPS * s ...; split: from stage j0 on), the
@@ -178,12 +188,13 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     if (ii < total) {
       if (is == 0 || ii == 0) {
         iw = rows_of(ip);
-        ilast = min(RPU - 1, N - 1 - RPU * (MOE ? ip % hN : ip));  // dense: ip < units = hN
+        ilast = min(RU - 1, N - 1 - RU * (MOE ? ip % hN : ip));  // dense: ip < units = hN
         if constexpr (RAG && MT == 8) irow = iw + (int64_t)slot_row(lane >> 1, ilast) * a.row_bytes;
         else if constexpr (!RAG && MT == 2 && !ONE) irow = iw + (int64_t)min(lane >> 3, ilast) * a.row_bytes;
       }
-      const int b0 = CPS * is * L::CB, mis = L::MIS ? (kph + b0) & 15 : 0;
-      const int nc = min(CPS, nch - CPS * is);
+      // FLAT: items 16 is .. 16 is + 15 of the unit, all there (the launch takes N a multiple of R)
+      const int b0 = (FLAT ? 16 : CPS) * is * L::CB, mis = L::MIS ? (kph + b0) & 15 : 0;
+      const int nc = FLAT ? 8 : min(CPS, nch - CPS * is);
       const int nP = L::MIS ? (mis + nc * L::CB + 15) / 16 : nc * (L::CB / 16);  // 16-byte pieces per row
       const uint8_t* s0 = iw + (b0 - mis);
       uint8_t* d = buf + st * STAGE;
@@ -215,7 +226,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
           if (pc < (m1 + nc * L::CB + 15) >> 4) cp16_part(d + RS + 16 * pc, p1, 16 * pc, v1);
         }
       } else if constexpr (MT == 1) {  // the measured M = 1 form (NOTES.md v7): two cp.async per piece, no row index
-        const uint8_t* s1 = s0 + (ilast > 0 ? a.row_bytes : 0);
+        const uint8_t* s1 = s0 + (FLAT ? 8 * L::CB : ilast > 0 ? a.row_bytes : 0);  // FLAT: items 8.. of the stage
 #pragma unroll
         for (int k = 0; k < (NPF + 31) / 32; ++k) {
           const int pc = lane + 32 * k;
@@ -373,7 +384,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       const int q = u / hN;
       xrec = recs + rec_off(q / a.x_div - xr0);
       obase = (int64_t)q * a.out_stride;
-      row0 = RPU * (u - q * hN);
+      row0 = RU * (u - q * hN);
       zero = sid[q] < 0;
     } else {
       row0 = RPU * u;
@@ -413,7 +424,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     const int c0 = CPS * s;
     // lanes whose chunk is past K (a short last stage) decode the stage's first chunk: their
     // products are not kept
-    const bool live = kap < nch - c0;
+    const bool live = FLAT || kap < nch - c0;
     const int ch = c0 + (live ? kap : 0);
     const int mis = L::MIS ? (kph + c0 * L::CB) & 15 : 0;  // where the stage's copy starts before its first chunk
     const uint8_t* rg = buf + cur * STAGE + rho * RS + mis + (ch - c0) * L::CB;
@@ -429,16 +440,21 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       rg = buf + cur * STAGE + (a0 & 15) + (ch - c0) * L::CB;
       rg8 = buf + cur * STAGE + RS + (a1 & 15) + (ch - c0) * L::CB;
     }
-    const uint8_t* Bp = xrec + (MOE && !EXP ? 0 : rec_off(MT == 8 ? tb : rho)) + (size_t)ch * R::bstride() + c * (8 * STEPS);
+    // FLAT: column g holds chunk (g & 3) % nch; the lane's A row (g, or g + 8 for c >= 2) holds item fit,
+    // of chunk fk, which it keeps where that is one of its columns 2c, 2c + 1 (in element fk & 1)
+    const int fit = 16 * s + g + (c & 2) * 4, fk = FLAT ? fit % nch : 0;
+    const bool fkept = (fk >> 1) == (c & 1);
+    const uint8_t* Bp = xrec + (MOE && !EXP ? 0 : rec_off(MT == 8 ? tb : rho)) +
+                        (size_t)(FLAT ? (g & 3) % nch : ch) * R::bstride() + c * (8 * STEPS);
     const uint8_t* Bo = Bp;  // ONE: column g of odd groups
-    if constexpr (ONE) {  // column g holds chunk (g >> 1) ^ (g & 1) in even groups, that ^ 2 in odd ones
+    if constexpr (ONE && !FLAT) {  // column g holds chunk (g >> 1) ^ (g & 1) in even groups, that ^ 2 in odd ones
                           // (ONE1: chunk g, and g ^ 4)
       const int ne = ONE1 ? g : (g >> 1) ^ (g & 1), no = ne ^ (ONE1 ? 4 : 2);
       Bp = xrec + (size_t)(c0 + (ne < nch - c0 ? ne : 0)) * R::bstride() + c * (8 * STEPS);
       Bo = xrec + (size_t)(c0 + (no < nch - c0 ? no : 0)) * R::bstride() + c * (8 * STEPS);
     }
     const uint8_t* Sp = xrec + ((MOE && !EXP) || ONE ? 0 : rec_off(MT == 8 ? t0 : tok)) + (size_t)nch * R::bstride() +
-                        (size_t)(ONE1 && (one_t & 1) ? ch8 : ch) * R::sstride();
+                        (size_t)(FLAT ? fk : ONE1 && (one_t & 1) ? ch8 : ch) * R::sstride();
     const auto product = [&](int q, const uint32_t (&A)[2][4], float (&D)[4]) {
       uint32_t b[4] = {0u, 0u, 0u, 0u};
       const uint8_t* Bq = (ONE && (q & 1) ? Bo : Bp) + q * R::BREC;
@@ -474,6 +490,30 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       };
       if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, all);
       else L::chunk(rg, rg8, c, all);
+    } else if constexpr (FLAT) {  // every group's product, then the kept lanes' epilogue of each run of DEF
+                                  // groups (as ONE below), from the scales of the lane's own A row
+      constexpr int DEF = GPC > 16 ? 8 : GPC;
+      float ev[DEF];
+      const uint8_t* myc = (c & 2) ? rg8 : rg;
+      const int fe = (c & 2) + (fk & 1);  // the kept D element
+      L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
+        float D[4];
+        product(q, A, D);
+        ev[q % DEF] = (fe & 2) ? ((fe & 1) ? D[3] : D[2]) : ((fe & 1) ? D[1] : D[0]);
+        if (q % DEF == DEF - 1 && fkept) {
+#pragma unroll
+          for (int j = 0; j < DEF; ++j) {
+            const int G = q - (DEF - 1) + j;
+            float sg, og;
+            L::scale(myc, G, sg, og);
+            const float2 sb = *reinterpret_cast<const float2*>(Sp + G * GR);
+            acc[0] = fmaf(sg, fmaf(sb.x, ev[j], sb.y), acc[0]);
+            if constexpr (L::HAS_MIN) acc[0] = fmaf(og, *reinterpret_cast<const float*>(Sp + G * GR + 16), acc[0]);
+          }
+        }
+      });
+      if (fkept) itm[fit] = acc[0];  // the item's sum (each item is kept by one lane)
+      acc[0] = 0.f;
     } else if constexpr (ONE) {  // each pair of groups' products, then the lane's one kept value of each
                                  // pair: role t = c ^ kap, D[0] (row rho) or D[3] (row rho + 2) of the
                                  // even group (t < 2) or the odd one; its scale read by the lane itself
@@ -527,7 +567,15 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
                                                   // lanes of one (row, token): chunks kap, and columns c
                                                   // of the same token
       constexpr int RED = MT == 8 ? 0 : ((CPS - 1) << 2) | (CPS / 2 - 1);
-      if constexpr (ONE1) {  // a row's 16 lanes: lane bit 0 ^ bit 3 fixed (row 1 where it is set)
+      if constexpr (FLAT) {  // row r's items r nch .. r nch + nch - 1, summed by lane r (after the
+                             // __syncwarp above; the next unit writes after the one at its first stage)
+        if (lane < RU) {
+          float v = 0.f;
+          for (int j = 0; j < nch; ++j) v += itm[lane * nch + j];
+          const int r = row0 + lane;
+          if (r < N) store_out(a, obase + r, zero ? 0.f : v);
+        }
+      } else if constexpr (ONE1) {  // a row's 16 lanes: lane bit 0 ^ bit 3 fixed (row 1 where it is set)
         for (int o : {2, 4, 16, 9}) acc[0] += __shfl_xor_sync(0xFFFFFFFFu, acc[0], o);
         if (lane < 2) {  // lanes 0, 1: rows 0, 1
           const int r = row0 + lane;
