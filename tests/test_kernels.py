@@ -427,12 +427,13 @@ def test_moe_matmul_pairs_without_one():
 
 @pytest.mark.parametrize("x3d", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "IQ4_XS", "MXFP4"])
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])
 def test_moe_matmul_flat_items(name, dtype, x3d, rng):
-    """K of 1, 2 and 3 chunks (256 elements; IQ4_XS, MXFP4 512) with N a multiple of the flat units'
-    rows (16, 8, 16): the stream kernel's units of flat (row, chunk) items, which keep every product slot
-    busy where K has fewer than 4 chunks; T = 1 and 8, repeated experts, unroutable ids (-1, E) whose rows
-    must be zeros. (4 chunks: the 4-row form, flat with GGUF_KERNELS_FAST_FLAT=4.)"""
+    """K of 1, 2 and 3 items (chunks of 256 elements; IQ4_XS, MXFP4 512; Q6_K's super-blocks, rows of
+    210, 420 and 630 bytes) with N a multiple of the flat units' rows (16, 8, 16): the stream kernel's
+    units of flat (row, item) items, which keep every product slot busy where K has fewer than 4 chunks;
+    T = 1 and 8, repeated experts, unroutable ids (-1, E) whose rows must be zeros. (4 items: other forms,
+    flat with GGUF_KERNELS_FAST_FLAT=4.)"""
     ce = 512 if name in ("IQ4_XS", "MXFP4") else 256
     E, top_k = 12, 4
     for n, N, T in [(1, 48, 8), (2, 40, 5), (3, 32, 1), (3, 2048, 8), (4, 36, 3)]:

@@ -347,19 +347,20 @@ template <> struct FT<Q6_K> {
     d16 = ((G >> 1) & 3) >= 2;
     return 4 * c + 2 * (k & 1) + (k >> 1);
   }
-  template <int AL, class F>
+  // one super-block of each row: b at AL bytes past 4-byte alignment, b8 at AL8
+  template <int AL, int AL8 = AL, class F>
   static GQ_HD void sb(const uint8_t* b, const uint8_t* b8, int c, int q0, F&& f) {
     const float d = f16v(b + 208), d8 = f16v(b8 + 208);
     uint32_t sw[4], sw8[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) { sw[i] = ldw<AL>(b + 192 + 4 * i); sw8[i] = ldw<AL>(b8 + 192 + 4 * i); }
+    for (int i = 0; i < 4; ++i) { sw[i] = ldw<AL>(b + 192 + 4 * i); sw8[i] = ldw<AL8>(b8 + 192 + 4 * i); }
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint32_t L0 = ldw<AL>(b + 64 * n + 16 * h + 4 * c), L1 = ldw<AL>(b + 64 * n + 32 + 16 * h + 4 * c);
-        const uint32_t M0 = ldw<AL>(b8 + 64 * n + 16 * h + 4 * c), M1 = ldw<AL>(b8 + 64 * n + 32 + 16 * h + 4 * c);
-        const uint32_t V = ldw<AL>(b + 128 + 32 * n + 16 * h + 4 * c), V8 = ldw<AL>(b8 + 128 + 32 * n + 16 * h + 4 * c);
+        const uint32_t M0 = ldw<AL8>(b8 + 64 * n + 16 * h + 4 * c), M1 = ldw<AL8>(b8 + 64 * n + 32 + 16 * h + 4 * c);
+        const uint32_t V = ldw<AL>(b + 128 + 32 * n + 16 * h + 4 * c), V8 = ldw<AL8>(b8 + 128 + 32 * n + 16 * h + 4 * c);
         const uint32_t Vs = V >> 8, V8s = V8 >> 8;
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
@@ -508,11 +509,13 @@ GQ_HD int slot_row(int j, int last) {
   return r <= last ? r : j < 8 ? 0 : last >= 1 ? 1 : -1;
 }
 
-// gemv_stream_kernel's MoE pairs on flat items (FLAT, K of nch <= 4 chunks): the fewest rows of a unit
-// whose chunks fill whole stages of 16 chunks, the unit's stages, and each warp's shared memory for the
-// unit's item sums (at most 48: 16 rows of 3 chunks)
-GQ_HD constexpr int flat_rows(int nch) { return 16 / (nch & -nch); }
-GQ_HD constexpr int flat_stages(int nch) { return nch / (nch & -nch); }
+// gemv_stream_kernel's MoE pairs on flat items (FLAT, rows of n <= 4 items): an item is a chunk (Q6_K: a
+// super-block, half its chunk); the fewest rows of a unit whose items fill whole stages of 16 items, the
+// unit's stages, and each warp's shared memory for the unit's item sums (at most 48: 16 rows of 3)
+template <int T> GQ_HD constexpr int flat_item_bytes() { return FT<T>::MIS ? FT<T>::CB / 2 : FT<T>::CB; }
+template <int T> GQ_HD int flat_items(int K) { return K / (FT<T>::CE * flat_item_bytes<T>() / FT<T>::CB); }
+GQ_HD constexpr int flat_rows(int n) { return 16 / (n & -n); }
+GQ_HD constexpr int flat_stages(int n) { return n / (n & -n); }
 constexpr int kFlatItemBytes = 48 * 4;
 
 // Floats per unit of gemv_stream_kernel's split sums (MT = 2, 4): 2 MT rows x MT tokens, then the

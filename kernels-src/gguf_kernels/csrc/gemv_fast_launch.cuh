@@ -276,8 +276,9 @@ template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   const int sms = num_sms();
   const int S = knob_s() ? knob_s() : 2;
-  constexpr size_t item_bytes = MOE && ONE && MT == 1 ? kFlatItemBytes : 0;  // FLAT's item sums a warp
-  const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * (S * 2 * MT * stream_rs<T, MT, RAG>() + item_bytes); };
+  constexpr bool FLAT = MOE && ONE && MT == 1;  // stages of 16 items, and the item sums
+  constexpr size_t stage = FLAT ? 16 * flat_item_bytes<T>() : 2 * MT * stream_rs<T, MT, RAG>();
+  const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * (S * stage + (FLAT ? kFlatItemBytes : 0)); };
   StreamChoice best{0, 0, 0, 0, 0, 0};
   int best_rounds = 0, best_cap = 0;
   int64_t best_work = 0;  // rounds x warps per SM: the busiest SM's share of the units
@@ -333,7 +334,7 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 StreamChoice stream_choice(const FastArgs& a, int units, size_t fixed) {
   const int nch = StreamRecs<T>::chunks(a.K);
-  const int nst = MOE && ONE && MT == 1 ? flat_stages(nch) : (nch + 8 / MT - 1) / (8 / MT);
+  const int nst = MOE && ONE && MT == 1 ? flat_stages(flat_items<T>(a.K)) : (nch + 8 / MT - 1) / (8 / MT);
   return choose_stream<T, XT, MOE, MT, RAG, ONE>(units, fixed, nst,
                                                  (MOE ? a.nx : ONE ? 1 : MT) * nch * (FT<T>::CE / FT<T>::GS));
 }
@@ -394,7 +395,7 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   // MoE over hit experts: the units were counted for the most hits, so a CTA on every SM
   if constexpr (MOE && MT == 8) ch.ctas = num_sms();
   if (MOE && a.local) {  // the records of the rows the chosen CTAs meet (a.nx was the guess for one a SM)
-    const int RU = MOE && ONE && MT == 1 ? flat_rows(StreamRecs<T>::chunks(a.K)) : 2 * MT;  // (FLAT's units)
+    const int RU = MOE && ONE && MT == 1 ? flat_rows(flat_items<T>(a.K)) : 2 * MT;  // (FLAT's units)
     const int hN = (a.N + RU - 1) / RU, rows = local_rows(a.P * hN, hN, a.x_div, ch.ctas);
     ch.smem += ((int64_t)rows - a.nx) * (int64_t)stream_rec_stride<T, MT>(a.K);
     a.nx = rows;
@@ -711,7 +712,15 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
         if (e != cudaErrorNotSupported) return e;
       }
     }
-    if (rag && (StreamRecs<T>::chunks(K) < min_chunks || !rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)))
+    // flat items (FLAT, NOTES.md v35): rows of at most knob_flat() items (Q6_K's super-blocks: its rows of
+    // 630 bytes at K = 768 are ragged otherwise), N a multiple of the unit's rows, every stage a 16-byte
+    // aligned run
+    constexpr int IE = L::CE * flat_item_bytes<T>() / L::CB;  // elements an item
+    const int fn = flat_items<T>(K);
+    const bool flat = K % IE == 0 && fn >= 1 && fn <= knob_flat() && N % flat_rows(fn) == 0 &&
+                      ga.row_bytes == (int64_t)fn * flat_item_bytes<T>() && ga.expert_bytes % 16 == 0 &&
+                      ((uintptr_t)ga.w & 15) == 0;
+    if (rag && !flat && (StreamRecs<T>::chunks(K) < min_chunks || !rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)))
       return cudaErrorNotSupported;
     if (ga.x_stride % 8 != 0) return cudaErrorNotSupported;
     // local: each CTA only the records of the x rows its own range of units meets (guessed for a CTA an
@@ -721,27 +730,24 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     const bool local = !knob_local_off() && guess < nx;
     if (local) nx = guess + 1;
     const size_t recs = (size_t)nx * stream_rec_stride<T, 1>(K);
-    if (recs > (rag ? kMoeRagRecBytes : kMoeRecBytes)) return cudaErrorNotSupported;
+    if (recs > (rag && !flat ? kMoeRagRecBytes : kMoeRecBytes)) return cudaErrorNotSupported;
     FastArgs a = fast_args(ga, xt);
     a.M = 1;
     a.P = P;
     a.nx = nx;
     a.local = local;
     const size_t fixed = recs + ((size_t)P * 4 + 15) / 16 * 16;
+    if (flat) {
+      const int units = P * (N / flat_rows(fn));
+      const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, false, true>(a, units, fixed, stream)
+                                              : launch_stream<T, __half, true, 1, false, true>(a, units, fixed, stream);
+      if (e != cudaErrorNotSupported || rag) return e;
+    }
     if constexpr (may_rag<T>()) {
       if (rag) {
         const int units = P * ((N + 1) / 2);
         return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, true>(a, units, fixed, stream)
                                  : launch_stream<T, __half, true, 1, true>(a, units, fixed, stream);
-      }
-    }
-    if constexpr (!L::MIS) {  // K of at most 3 chunks (Qwen3-30B-A3B's down projection) on flat items
-      const int nch = StreamRecs<T>::chunks(K);
-      if (nch <= knob_flat() && N % flat_rows(nch) == 0) {
-        const int units = P * (N / flat_rows(nch));
-        const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, false, true>(a, units, fixed, stream)
-                                                : launch_stream<T, __half, true, 1, false, true>(a, units, fixed, stream);
-        if (e != cudaErrorNotSupported) return e;
       }
     }
     return xt == DType::BF16 ? launch_stream_one_or_old<T, __nv_bfloat16, true>(a, fixed, stream)

@@ -83,11 +83,13 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   // A row a of stage s holds item 16 s + a, B column n chunk (n & 3) % nch, so A row g's item is kept
   // by lane c = chunk >> 1 (element chunk & 1) and A row g + 8's by lane c = 2 + (chunk >> 1): every
   // product slot decodes a chunk of K, where the 4-row form leaves a quarter idle at 3 chunks
+  // Q6_K (MIS): the items are its super-blocks (210 bytes, rows of 630 at K = 768), A row g item 2g and
+  // A row g + 8 item 2g + 1, so that every lane reads its rows 0 and 2 bytes past 4-byte alignment
   constexpr bool FLAT = ONE && MT == 1 && MOE;
-  static_assert(!FLAT || !L::MIS, "flat items: chunks of whole 16-byte pieces");
+  constexpr int IB = flat_item_bytes<T>();  // FLAT: bytes an item
   static_assert(!KS || (MT == 8 && !MOE && !RAG), "K split over a cluster: dense MT = 8");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
-  const int RS = stream_rs<T, MT, RAG>(), STAGE = RPU * RS;
+  const int RS = stream_rs<T, MT, RAG>(), STAGE = FLAT ? 16 * IB : RPU * RS;
   const int GR = Prep<T>::gr(1);
   extern __shared__ __align__(16) uint8_t smem[];
 
@@ -96,8 +98,10 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   const int g = lane >> 2, c = lane & 3;
   const int rho = g / CPS, kap = g % CPS;  // lane's A rows (rho, rho + MT) and chunk; its B token rho
   const int N = a.N, K = a.K, S = a.S;
-  const int nch = R::chunks(K), nst = FLAT ? flat_stages(nch) : (nch + CPS - 1) / CPS;
-  const int RU = FLAT ? flat_rows(nch) : RPU;  // rows a unit
+  const int nch = R::chunks(K);
+  const int fn = FLAT ? K / (L::CE * IB / L::CB) : 0;  // FLAT: items a row
+  const int nst = FLAT ? flat_stages(fn) : (nch + CPS - 1) / CPS;
+  const int RU = FLAT ? flat_rows(fn) : RPU;  // rows a unit
   const size_t RB = stream_rec_stride<T, MT>(K);  // one x row's records
   const int nx = MOE ? a.nx : ONE ? 1 : MT;
   const auto rec_off = [&](int xr) { return stream_rec_off(xr, RB, MT); };
@@ -192,8 +196,9 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
         if constexpr (RAG && MT == 8) irow = iw + (int64_t)slot_row(lane >> 1, ilast) * a.row_bytes;
         else if constexpr (!RAG && MT == 2 && !ONE) irow = iw + (int64_t)min(lane >> 3, ilast) * a.row_bytes;
       }
-      // FLAT: items 16 is .. 16 is + 15 of the unit, all there (the launch takes N a multiple of R)
-      const int b0 = (FLAT ? 16 : CPS) * is * L::CB, mis = L::MIS ? (kph + b0) & 15 : 0;
+      // FLAT: items 16 is .. 16 is + 15 of the unit, all there (the launch takes N a multiple of R), a
+      // 16-byte aligned run
+      const int b0 = FLAT ? 16 * is * IB : CPS * is * L::CB, mis = L::MIS && !FLAT ? (kph + b0) & 15 : 0;
       const int nc = FLAT ? 8 : min(CPS, nch - CPS * is);
       const int nP = L::MIS ? (mis + nc * L::CB + 15) / 16 : nc * (L::CB / 16);  // 16-byte pieces per row
       const uint8_t* s0 = iw + (b0 - mis);
@@ -224,6 +229,12 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
           const int v0 = m0 + nb - 16 * pc, v1 = m1 + nb - 16 * pc;  // bytes of the row in piece pc
           if (pc < (m0 + nc * L::CB + 15) >> 4) cp16_part(d + 16 * pc, p0, 16 * pc, v0);
           if (pc < (m1 + nc * L::CB + 15) >> 4) cp16_part(d + RS + 16 * pc, p1, 16 * pc, v1);
+        }
+      } else if constexpr (FLAT && L::MIS) {  // one contiguous run (the other types: the M = 1 form's two)
+#pragma unroll
+        for (int k = 0; k < (IB + 31) / 32; ++k) {
+          const int pc = lane + 32 * k;
+          if (pc < IB) cp16(d + 16 * pc, s0 + 16 * pc);
         }
       } else if constexpr (MT == 1) {  // the measured M = 1 form (NOTES.md v7): two cp.async per piece, no row index
         const uint8_t* s1 = s0 + (FLAT ? 8 * L::CB : ilast > 0 ? a.row_bytes : 0);  // FLAT: items 8.. of the stage
@@ -424,11 +435,15 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     const int c0 = CPS * s;
     // lanes whose chunk is past K (a short last stage) decode the stage's first chunk: their
     // products are not kept
-    const bool live = FLAT || kap < nch - c0;
+    const bool live = kap < nch - c0;
     const int ch = c0 + (live ? kap : 0);
     const int mis = L::MIS ? (kph + c0 * L::CB) & 15 : 0;  // where the stage's copy starts before its first chunk
     const uint8_t* rg = buf + cur * STAGE + rho * RS + mis + (ch - c0) * L::CB;
     const uint8_t* rg8 = rg + MT * RS;
+    if constexpr (FLAT) {  // items g, g + 8 (MIS: 2g, 2g + 1)
+      rg = buf + cur * STAGE + (L::MIS ? 2 * IB : IB) * g;
+      rg8 = rg + (L::MIS ? IB : 8 * IB);
+    }
     const bool live8 = ONE1 ? (kap ^ 2) < nch - c0 : live;  // ONE1: row 1's chunk kap ^ 2
     const int ch8 = ONE1 ? c0 + (live8 ? kap ^ 2 : 0) : ch;
     if constexpr (ONE1) rg8 = buf + cur * STAGE + (rho + 1) * RS + mis + (ch8 - c0) * L::CB;
@@ -440,12 +455,16 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       rg = buf + cur * STAGE + (a0 & 15) + (ch - c0) * L::CB;
       rg8 = buf + cur * STAGE + RS + (a1 & 15) + (ch - c0) * L::CB;
     }
-    // FLAT: column g holds chunk (g & 3) % nch; the lane's A row (g, or g + 8 for c >= 2) holds item fit,
-    // of chunk fk, which it keeps where that is one of its columns 2c, 2c + 1 (in element fk & 1)
-    const int fit = 16 * s + g + (c & 2) * 4, fk = FLAT ? fit % nch : 0;
+    // FLAT: column g holds item (g & 3) % fn of x; the lane's A row (g, or g + 8 for c >= 2) holds item fit
+    // of the unit, fk of its row, which it keeps where that is one of its columns 2c, 2c + 1 (in element
+    // fk & 1); flat_rec gives an x item's records (MIS: half a chunk's)
+    const int fit = 16 * s + (L::MIS ? 2 * g + (c >> 1) : g + (c & 2) * 4), fk = FLAT ? fit % fn : 0;
     const bool fkept = (fk >> 1) == (c & 1);
+    const auto flat_rec = [&](int j, size_t stride, int gr) {
+      return L::MIS ? (size_t)(j >> 1) * stride + (size_t)(j & 1) * (GPC / 2) * gr : (size_t)j * stride;
+    };
     const uint8_t* Bp = xrec + (MOE && !EXP ? 0 : rec_off(MT == 8 ? tb : rho)) +
-                        (size_t)(FLAT ? (g & 3) % nch : ch) * R::bstride() + c * (8 * STEPS);
+                        (FLAT ? flat_rec((g & 3) % fn, R::bstride(), R::BREC) : (size_t)ch * R::bstride()) + c * (8 * STEPS);
     const uint8_t* Bo = Bp;  // ONE: column g of odd groups
     if constexpr (ONE && !FLAT) {  // column g holds chunk (g >> 1) ^ (g & 1) in even groups, that ^ 2 in odd ones
                           // (ONE1: chunk g, and g ^ 4)
@@ -454,7 +473,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       Bo = xrec + (size_t)(c0 + (no < nch - c0 ? no : 0)) * R::bstride() + c * (8 * STEPS);
     }
     const uint8_t* Sp = xrec + ((MOE && !EXP) || ONE ? 0 : rec_off(MT == 8 ? t0 : tok)) + (size_t)nch * R::bstride() +
-                        (size_t)(FLAT ? fk : ONE1 && (one_t & 1) ? ch8 : ch) * R::sstride();
+                        (FLAT ? flat_rec(fk, R::sstride(), GR) : (size_t)(ONE1 && (one_t & 1) ? ch8 : ch) * R::sstride());
     const auto product = [&](int q, const uint32_t (&A)[2][4], float (&D)[4]) {
       uint32_t b[4] = {0u, 0u, 0u, 0u};
       const uint8_t* Bq = (ONE && (q & 1) ? Bo : Bp) + q * R::BREC;
@@ -496,7 +515,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       float ev[DEF];
       const uint8_t* myc = (c & 2) ? rg8 : rg;
       const int fe = (c & 2) + (fk & 1);  // the kept D element
-      L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
+      const auto each = [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
         float D[4];
         product(q, A, D);
         ev[q % DEF] = (fe & 2) ? ((fe & 1) ? D[3] : D[2]) : ((fe & 1) ? D[1] : D[0]);
@@ -511,7 +530,9 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
             if constexpr (L::HAS_MIN) acc[0] = fmaf(og, *reinterpret_cast<const float*>(Sp + G * GR + 16), acc[0]);
           }
         }
-      });
+      };
+      if constexpr (L::MIS) L::template sb<0, 2>(rg, rg8, c, 0, each);
+      else L::chunk(rg, rg8, c, each);
       if (fkept) itm[fit] = acc[0];  // the item's sum (each item is kept by one lane)
       acc[0] = 0.f;
     } else if constexpr (ONE) {  // each pair of groups' products, then the lane's one kept value of each
@@ -567,11 +588,11 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
                                                   // lanes of one (row, token): chunks kap, and columns c
                                                   // of the same token
       constexpr int RED = MT == 8 ? 0 : ((CPS - 1) << 2) | (CPS / 2 - 1);
-      if constexpr (FLAT) {  // row r's items r nch .. r nch + nch - 1, summed by lane r (after the
-                             // __syncwarp above; the next unit writes after the one at its first stage)
+      if constexpr (FLAT) {  // row r's items r fn .. r fn + fn - 1, summed by lane r (after the __syncwarp
+                             // above; the next unit writes after the one at its first stage)
         if (lane < RU) {
           float v = 0.f;
-          for (int j = 0; j < nch; ++j) v += itm[lane * nch + j];
+          for (int j = 0; j < fn; ++j) v += itm[lane * fn + j];
           const int r = row0 + lane;
           if (r < N) store_out(a, obase + r, zero ? 0.f : v);
         }
