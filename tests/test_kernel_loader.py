@@ -314,7 +314,7 @@ def test_iq_grid_header_is_gguf_pys_tables():
 
 def test_fast_path_data_layout_on_the_host():
     """The fast small-M path's prep records, chunk decoders and epilogue, and the stream kernel's
-    mapping for M = 1..8, run on the host with a software model of the mma fragments against
+    mapping for M = 1..8 and MoE flat items, run on the host with a software model of the mma fragments against
     gguf-py's dequantizer (kernels-src/gguf_kernels/tests/fast_host_check.py)."""
     import importlib.util
     import shutil

@@ -517,6 +517,25 @@ template <int T> GQ_HD int flat_items(int K) { return K / (FT<T>::CE * flat_item
 GQ_HD constexpr int flat_rows(int n) { return 16 / (n & -n); }
 GQ_HD constexpr int flat_stages(int n) { return n / (n & -n); }
 constexpr int kFlatItemBytes = 48 * 4;
+// FLAT's lane roles (gemv_stream_kernel; tests/fast_host.cu's model): lane (g, c) at stage s of a unit
+// whose rows hold n <= 4 items. A row g holds the stage's item g and A row g + 8 item g + 8 (MIS: 2g
+// and 2g + 1); B's column g holds x's item col(g, n) = (g & 3) % n, so columns 0-3 and 4-7 each hold
+// every item of a row. The lane may keep A row g's product (c < 2) or A row g + 8's (c >= 2): `item`
+// is that row's item in the unit and `k` its place in its row, kept where k is one of the lane's
+// columns 2c, 2c + 1 (k >> 1 == c & 1), in D element `elem`.
+template <int T> struct FlatLane {
+  int item, k, elem;
+  bool kept;
+  GQ_HD FlatLane(int s, int g, int c, int n)
+      : item(16 * s + (FT<T>::MIS ? 2 * g + (c >> 1) : g + (c & 2) * 4)), k(item % n), elem((c & 2) + (k & 1)),
+        kept((k >> 1) == (c & 1)) {}
+  static GQ_HD int col(int g, int n) { return (g & 3) % n; }
+  // x item j's records from the start of a row's (StreamRecs): `stride` a chunk's, `gr` a group's (MIS:
+  // an item is half a chunk)
+  static GQ_HD size_t rec(int j, size_t stride, int gr) {
+    return FT<T>::MIS ? (size_t)(j >> 1) * stride + (size_t)(j & 1) * (FT<T>::CE / FT<T>::GS / 2) * gr : (size_t)j * stride;
+  }
+};
 
 // Floats per unit of gemv_stream_kernel's split sums (MT = 2, 4): 2 MT rows x MT tokens, then the
 // stage count.

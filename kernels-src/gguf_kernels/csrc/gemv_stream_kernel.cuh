@@ -455,16 +455,10 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       rg = buf + cur * STAGE + (a0 & 15) + (ch - c0) * L::CB;
       rg8 = buf + cur * STAGE + RS + (a1 & 15) + (ch - c0) * L::CB;
     }
-    // FLAT: column g holds item (g & 3) % fn of x; the lane's A row (g, or g + 8 for c >= 2) holds item fit
-    // of the unit, fk of its row, which it keeps where that is one of its columns 2c, 2c + 1 (in element
-    // fk & 1); flat_rec gives an x item's records (MIS: half a chunk's)
-    const int fit = 16 * s + (L::MIS ? 2 * g + (c >> 1) : g + (c & 2) * 4), fk = FLAT ? fit % fn : 0;
-    const bool fkept = (fk >> 1) == (c & 1);
-    const auto flat_rec = [&](int j, size_t stride, int gr) {
-      return L::MIS ? (size_t)(j >> 1) * stride + (size_t)(j & 1) * (GPC / 2) * gr : (size_t)j * stride;
-    };
+    const FlatLane<T> fl(s, g, c, FLAT ? fn : 1);  // FLAT: the lane's roles
     const uint8_t* Bp = xrec + (MOE && !EXP ? 0 : rec_off(MT == 8 ? tb : rho)) +
-                        (FLAT ? flat_rec((g & 3) % fn, R::bstride(), R::BREC) : (size_t)ch * R::bstride()) + c * (8 * STEPS);
+                        (FLAT ? FlatLane<T>::rec(FlatLane<T>::col(g, fn), R::bstride(), R::BREC) : (size_t)ch * R::bstride()) +
+                        c * (8 * STEPS);
     const uint8_t* Bo = Bp;  // ONE: column g of odd groups
     if constexpr (ONE && !FLAT) {  // column g holds chunk (g >> 1) ^ (g & 1) in even groups, that ^ 2 in odd ones
                           // (ONE1: chunk g, and g ^ 4)
@@ -473,7 +467,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       Bo = xrec + (size_t)(c0 + (no < nch - c0 ? no : 0)) * R::bstride() + c * (8 * STEPS);
     }
     const uint8_t* Sp = xrec + ((MOE && !EXP) || ONE ? 0 : rec_off(MT == 8 ? t0 : tok)) + (size_t)nch * R::bstride() +
-                        (FLAT ? flat_rec(fk, R::sstride(), GR) : (size_t)(ONE1 && (one_t & 1) ? ch8 : ch) * R::sstride());
+                        (FLAT ? FlatLane<T>::rec(fl.k, R::sstride(), GR) : (size_t)(ONE1 && (one_t & 1) ? ch8 : ch) * R::sstride());
     const auto product = [&](int q, const uint32_t (&A)[2][4], float (&D)[4]) {
       uint32_t b[4] = {0u, 0u, 0u, 0u};
       const uint8_t* Bq = (ONE && (q & 1) ? Bo : Bp) + q * R::BREC;
@@ -514,12 +508,12 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       constexpr int DEF = GPC > 16 ? 8 : GPC;
       float ev[DEF];
       const uint8_t* myc = (c & 2) ? rg8 : rg;
-      const int fe = (c & 2) + (fk & 1);  // the kept D element
+      const int fe = fl.elem;
       const auto each = [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
         float D[4];
         product(q, A, D);
         ev[q % DEF] = (fe & 2) ? ((fe & 1) ? D[3] : D[2]) : ((fe & 1) ? D[1] : D[0]);
-        if (q % DEF == DEF - 1 && fkept) {
+        if (q % DEF == DEF - 1 && fl.kept) {
 #pragma unroll
           for (int j = 0; j < DEF; ++j) {
             const int G = q - (DEF - 1) + j;
@@ -533,7 +527,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       };
       if constexpr (L::MIS) L::template sb<0, 2>(rg, rg8, c, 0, each);
       else L::chunk(rg, rg8, c, each);
-      if (fkept) itm[fit] = acc[0];  // the item's sum (each item is kept by one lane)
+      if (fl.kept) itm[fl.item] = acc[0];  // the item's sum (each item is kept by one lane)
       acc[0] = 0.f;
     } else if constexpr (ONE) {  // each pair of groups' products, then the lane's one kept value of each
                                  // pair: role t = c ^ kap, D[0] (row rho) or D[3] (row rho + 2) of the

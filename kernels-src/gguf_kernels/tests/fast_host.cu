@@ -70,8 +70,9 @@ static void mma_group(const Rec* recs, int stride, int STEPS, float (*D)[4], BRe
 }
 
 // One lane's decode of one chunk of rows rg, rg8: the A fragments and scales of each group, into
-// out[0 .. groups of the chunk) (RAG: as gemv_stream_kernel decodes ragged rows, chunk_ragged).
-template <int T, bool RAG = false>
+// out[0 .. groups of the chunk) (RAG: as gemv_stream_kernel decodes ragged rows, chunk_ragged; ITEM: a
+// flat item, which for Q6_K is one super-block of each, rg8 2 bytes past 4-byte alignment).
+template <int T, bool RAG = false, bool ITEM = false>
 static void decode_chunk(const uint8_t* rg, const uint8_t* rg8, int c, Rec* out) {
   const auto f = [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
     Rec& rc = out[q];
@@ -80,6 +81,7 @@ static void decode_chunk(const uint8_t* rg, const uint8_t* rg8, int c, Rec* out)
     rc.seen = true;
   };
   if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, f);
+  else if constexpr (ITEM && FT<T>::MIS) FT<T>::template sb<0, 2>(rg, rg8, c, 0, f);
   else FT<T>::chunk(rg, rg8, c, f);
 #if !defined(__CUDA_ARCH__)  // (nvcc's device pass parses this too)
   if (host_misaligned) {
@@ -430,6 +432,77 @@ static int run_stream_one(const uint8_t* w, int R, int64_t rb, int K, const floa
   return 0;
 }
 
+// gemv_stream_kernel's MoE pairs on flat items (FLAT, one pair here: R rows of one expert, one x row):
+// units of flat_rows(n) rows whose (row, item) items, in memory order, are streamed as stages of 16
+// contiguous items; the lanes' roles from FlatLane (the kernel's own), each kept product scaled from its
+// item's header and summed per item, each item's sum written once, a row's items added at the unit's end.
+template <int T>
+static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const float* x, float* out) {
+  using L = FT<T>;
+  using SR = StreamRecs<T>;
+  using FL = FlatLane<T>;
+  constexpr int IB = flat_item_bytes<T>();
+  const int GPI = L::CE / L::GS * IB / L::CB, STEPS = L::STEPS, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
+  const int n = flat_items<T>(K);
+  if (n < 1 || n > 4 || K != n * (L::CE * IB / L::CB) || rb != (int64_t)n * IB || R % flat_rows(n)) return 2;
+  const int RU = flat_rows(n), nst = flat_stages(n), nch = SR::chunks(K);
+  std::vector<float> xp((size_t)nch * L::CE, 0.f);  // x padded with zeros to whole chunks, as load_x
+  std::memcpy(xp.data(), x, sizeof(float) * K);
+  std::vector<uint8_t> recs(SR::bytes(K), 0xCD);
+  for (int G = 0; G < nch * (L::CE / L::GS); ++G) SR::group(xp.data() + (size_t)G * L::GS, G, K, recs.data());
+  const uint8_t* srecs = recs.data() + (size_t)nch * SR::bstride();
+  std::vector<uint8_t> stage_mem(16 * IB + 32);
+  uint8_t* st = reinterpret_cast<uint8_t*>(((uintptr_t)stage_mem.data() + 15) & ~(uintptr_t)15);
+  for (int row0 = 0; row0 < R; row0 += RU) {
+    std::vector<float> itm(RU * n, NAN);
+    std::vector<int> kept(RU * n, 0);
+    for (int s = 0; s < nst; ++s) {
+      std::memcpy(st, w + (int64_t)row0 * rb + (int64_t)16 * s * IB, (size_t)16 * IB);
+      std::vector<Rec> rcs(32 * GPI);
+      const uint8_t* rg[32];
+      const uint8_t* rg8[32];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, c = lane & 3;
+        rg[lane] = st + (L::MIS ? 2 * IB : IB) * g;
+        rg8[lane] = rg[lane] + (L::MIS ? IB : 8 * IB);
+        decode_chunk<T, false, true>(rg[lane], rg8[lane], c, &rcs[lane * GPI]);
+      }
+      std::vector<float> D((size_t)GPI * 32 * 4);
+      for (int q = 0; q < GPI; ++q) {
+        float Dq[32][4] = {};
+        mma_group(&rcs[q], GPI, STEPS, Dq, [&](int g, int c) -> const uint8_t* {
+          return recs.data() + FL::rec(FL::col(g, n), SR::bstride(), BREC) + q * BREC + c * (8 * STEPS);
+        });
+        std::memcpy(&D[(size_t)q * 128], Dq, sizeof(Dq));
+      }
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, c = lane & 3;
+        const FL fl(s, g, c, n);
+        if (!fl.kept) continue;
+        const uint8_t* myc = (c & 2) ? rg8[lane] : rg[lane];
+        float acc = 0.f;
+        for (int G = 0; G < GPI; ++G) {
+          float sg, og;
+          L::scale(myc, G, sg, og);
+          const float* sb = reinterpret_cast<const float*>(srecs + FL::rec(fl.k, SR::sstride(), GR) + G * GR);
+          acc = std::fmaf(sg, std::fmaf(sb[0], D[(size_t)G * 128 + lane * 4 + fl.elem], sb[1]), acc);
+          if (L::HAS_MIN) acc = std::fmaf(og, sb[4], acc);
+        }
+        itm[fl.item] = acc;
+        ++kept[fl.item];
+      }
+    }
+    for (int i = 0; i < RU * n; ++i)
+      if (kept[i] != 1) { std::fprintf(stderr, "item %d kept %d times\n", i, kept[i]); return 5; }
+    for (int r = 0; r < RU; ++r) {
+      float v = 0.f;
+      for (int j = 0; j < n; ++j) v += itm[r * n + j];
+      out[row0 + r] = v;
+    }
+  }
+  return 0;
+}
+
 // f(std::integral_constant<int, T>()) for the fast path's type t (the ctypes entry points below), or
 // `missing` for any other type.
 template <class F>
@@ -448,6 +521,10 @@ static int with_fast_type(int t, int missing, F&& f) {
 
 extern "C" int fast_matmul_stream_one(int t, const uint8_t* w, int R, long long rb, int K, const float* x, float* out) {
   return with_fast_type(t, 1, [&](auto T) { return run_stream_one<decltype(T)::value>(w, R, rb, K, x, out); });
+}
+
+extern "C" int fast_matmul_stream_flat(int t, const uint8_t* w, int R, long long rb, int K, const float* x, float* out) {
+  return with_fast_type(t, 1, [&](auto T) { return run_stream_flat<decltype(T)::value>(w, R, rb, K, x, out); });
 }
 
 extern "C" int fast_matmul_stream(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M,

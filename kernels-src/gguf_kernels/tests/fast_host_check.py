@@ -141,6 +141,20 @@ def main():
                                             np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
                                             out.ctypes.data_as(ctypes.c_void_p))
             bad += not report(f"{name:7s} K={K:5d} M=1 one", rc, out, x, w)
+    # MoE pairs on flat items (gemv_stream_kernel's FLAT): rows of 1..4 items (Q6_K: super-blocks, rows of
+    # 210 .. 840 bytes, every other one 2 bytes off 4-byte alignment), two units of rows each
+    for name in TYPES:
+        ie = 256 if name in ("Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K") else 512
+        for n in (1, 2, 3, 4):
+            K, R = n * ie, 2 * {1: 16, 2: 8, 3: 16, 4: 4}[n]
+            packed, w = random_rows(name, R, K, rng)
+            x = wide_x(rng, 1, K)
+            out = np.full((1, R), np.nan, np.float32)
+            rc = lib.fast_matmul_stream_flat(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
+                                             ctypes.c_longlong(packed.shape[1]), K,
+                                             np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
+                                             out.ctypes.data_as(ctypes.c_void_p))
+            bad += not report(f"{name:7s} K={K:5d} M=1 flat, {n} items", rc, out, x, w)
     # FT<T>::scale (a lane reading one group's scale itself) against the scales chunk() passes
     for name in TYPES:
         K = 4096
