@@ -513,7 +513,10 @@ GQ_HD int slot_row(int j, int last) {
 // super-block, half its chunk); the fewest rows of a unit whose items fill whole stages of 16 items, the
 // unit's stages, and each warp's shared memory for the unit's item sums (at most 48: 16 rows of 3)
 template <int T> GQ_HD constexpr int flat_item_bytes() { return FT<T>::MIS ? FT<T>::CB / 2 : FT<T>::CB; }
-template <int T> GQ_HD int flat_items(int K) { return K / (FT<T>::CE * flat_item_bytes<T>() / FT<T>::CB); }
+template <int T> GQ_HD constexpr int flat_item_elems() { return FT<T>::CE * flat_item_bytes<T>() / FT<T>::CB; }
+template <int T> GQ_HD int flat_items(int K) { return K / flat_item_elems<T>(); }
+// whether gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE> is the flat form: ONE on MoE pairs at MT = 1
+GQ_HD constexpr bool stream_flat(bool MOE, int MT, bool ONE) { return MOE && ONE && MT == 1; }
 GQ_HD constexpr int flat_rows(int n) { return 16 / (n & -n); }
 GQ_HD constexpr int flat_stages(int n) { return n / (n & -n); }
 constexpr int kFlatItemBytes = 48 * 4;

@@ -276,7 +276,7 @@ template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   const int sms = num_sms();
   const int S = knob_s() ? knob_s() : 2;
-  constexpr bool FLAT = MOE && ONE && MT == 1;  // stages of 16 items, and the item sums
+  constexpr bool FLAT = stream_flat(MOE, MT, ONE);  // stages of 16 items, and the item sums
   constexpr size_t stage = FLAT ? 16 * flat_item_bytes<T>() : 2 * MT * stream_rs<T, MT, RAG>();
   const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * (S * stage + (FLAT ? kFlatItemBytes : 0)); };
   StreamChoice best{0, 0, 0, 0, 0, 0};
@@ -334,7 +334,7 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 StreamChoice stream_choice(const FastArgs& a, int units, size_t fixed) {
   const int nch = StreamRecs<T>::chunks(a.K);
-  const int nst = MOE && ONE && MT == 1 ? flat_stages(flat_items<T>(a.K)) : (nch + 8 / MT - 1) / (8 / MT);
+  const int nst = stream_flat(MOE, MT, ONE) ? flat_stages(flat_items<T>(a.K)) : (nch + 8 / MT - 1) / (8 / MT);
   return choose_stream<T, XT, MOE, MT, RAG, ONE>(units, fixed, nst,
                                                  (MOE ? a.nx : ONE ? 1 : MT) * nch * (FT<T>::CE / FT<T>::GS));
 }
@@ -395,7 +395,7 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   // MoE over hit experts: the units were counted for the most hits, so a CTA on every SM
   if constexpr (MOE && MT == 8) ch.ctas = num_sms();
   if (MOE && a.local) {  // the records of the rows the chosen CTAs meet (a.nx was the guess for one a SM)
-    const int RU = MOE && ONE && MT == 1 ? flat_rows(flat_items<T>(a.K)) : 2 * MT;  // (FLAT's units)
+    const int RU = stream_flat(MOE, MT, ONE) ? flat_rows(flat_items<T>(a.K)) : 2 * MT;  // rows a unit
     const int hN = (a.N + RU - 1) / RU, rows = local_rows(a.P * hN, hN, a.x_div, ch.ctas);
     ch.smem += ((int64_t)rows - a.nx) * (int64_t)stream_rec_stride<T, MT>(a.K);
     a.nx = rows;
@@ -663,13 +663,13 @@ inline bool knob_moe_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_MOE");
   return v;
 }
-// GGUF_KERNELS_FAST_LOCAL=0: every CTA builds the records of all the pairs' x rows (before v17).
-// MoE pairs on flat items (FLAT, NOTES.md v35) for K of at most this many chunks (GGUF_KERNELS_FAST_FLAT;
+// MoE pairs on flat items (FLAT, NOTES.md v35) for rows of at most this many items (GGUF_KERNELS_FAST_FLAT;
 // 0: off, at most 4)
 inline int knob_flat() {
   static const int v = std::min(env_knob("GGUF_KERNELS_FAST_FLAT", 3), 4);
   return v;
 }
+// GGUF_KERNELS_FAST_LOCAL=0: every CTA builds the records of all the pairs' x rows (before v17).
 inline bool knob_local_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_LOCAL");
   return v;
@@ -715,9 +715,8 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     // flat items (FLAT, NOTES.md v35): rows of at most knob_flat() items (Q6_K's super-blocks: its rows of
     // 630 bytes at K = 768 are ragged otherwise), N a multiple of the unit's rows, every stage a 16-byte
     // aligned run
-    constexpr int IE = L::CE * flat_item_bytes<T>() / L::CB;  // elements an item
     const int fn = flat_items<T>(K);
-    const bool flat = K % IE == 0 && fn >= 1 && fn <= knob_flat() && N % flat_rows(fn) == 0 &&
+    const bool flat = K % flat_item_elems<T>() == 0 && fn >= 1 && fn <= knob_flat() && N % flat_rows(fn) == 0 &&
                       ga.row_bytes == (int64_t)fn * flat_item_bytes<T>() && ga.expert_bytes % 16 == 0 &&
                       ((uintptr_t)ga.w & 15) == 0;
     if (rag && !flat && (StreamRecs<T>::chunks(K) < min_chunks || !rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)))

@@ -36,6 +36,17 @@ __device__ __forceinline__ void kept_epilogue(const float (&e0)[DEF], const floa
   }
 }
 
+// One kept product v of group G (ONE, FLAT), scaled by its own row's scale from that row's chunk header
+// in the stage (ch) and by the group's records at sp: acc += s (sigma v - beta) [+ o S].
+template <class L>
+__device__ __forceinline__ void kept_group(const uint8_t* ch, const uint8_t* sp, int G, int GR, float v, float& acc) {
+  float sg, og;
+  L::scale(ch, G, sg, og);
+  const float2 sb = *reinterpret_cast<const float2*>(sp + G * GR);
+  acc = fmaf(sg, fmaf(sb.x, v, sb.y), acc);
+  if constexpr (L::HAS_MIN) acc = fmaf(og, *reinterpret_cast<const float*>(sp + G * GR + 16), acc);
+}
+
 // M = 1 (MT = 1): a warp streams two adjacent rows r0, r1, a stage at a time: 8 consecutive chunks of
 // K of both (two contiguous runs of memory). mma.m16n8k16's A row g is chunk g of r0 and A row g + 8
 // chunk g of r1 (lane (g, c) decodes them exactly as gemv_fast_kernel decodes its rows g, g + 8), and
@@ -85,7 +96,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   // product slot decodes a chunk of K, where the 4-row form leaves a quarter idle at 3 chunks
   // Q6_K (MIS): the items are its super-blocks (210 bytes, rows of 630 at K = 768), A row g item 2g and
   // A row g + 8 item 2g + 1, so that every lane reads its rows 0 and 2 bytes past 4-byte alignment
-  constexpr bool FLAT = ONE && MT == 1 && MOE;
+  constexpr bool FLAT = stream_flat(MOE, MT, ONE);
   constexpr int IB = flat_item_bytes<T>();  // FLAT: bytes an item
   static_assert(!KS || (MT == 8 && !MOE && !RAG), "K split over a cluster: dense MT = 8");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
@@ -99,7 +110,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   const int rho = g / CPS, kap = g % CPS;  // lane's A rows (rho, rho + MT) and chunk; its B token rho
   const int N = a.N, K = a.K, S = a.S;
   const int nch = R::chunks(K);
-  const int fn = FLAT ? K / (L::CE * IB / L::CB) : 0;  // FLAT: items a row
+  const int fn = FLAT ? flat_items<T>(K) : 0;  // FLAT: items a row
   const int nst = FLAT ? flat_stages(fn) : (nch + CPS - 1) / CPS;
   const int RU = FLAT ? flat_rows(fn) : RPU;  // rows a unit
   const size_t RB = stream_rec_stride<T, MT>(K);  // one x row's records
@@ -515,14 +526,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
         ev[q % DEF] = (fe & 2) ? ((fe & 1) ? D[3] : D[2]) : ((fe & 1) ? D[1] : D[0]);
         if (q % DEF == DEF - 1 && fl.kept) {
 #pragma unroll
-          for (int j = 0; j < DEF; ++j) {
-            const int G = q - (DEF - 1) + j;
-            float sg, og;
-            L::scale(myc, G, sg, og);
-            const float2 sb = *reinterpret_cast<const float2*>(Sp + G * GR);
-            acc[0] = fmaf(sg, fmaf(sb.x, ev[j], sb.y), acc[0]);
-            if constexpr (L::HAS_MIN) acc[0] = fmaf(og, *reinterpret_cast<const float*>(Sp + G * GR + 16), acc[0]);
-          }
+          for (int j = 0; j < DEF; ++j) kept_group<L>(myc, Sp, q - (DEF - 1) + j, GR, ev[j], acc[0]);
         }
       };
       if constexpr (L::MIS) L::template sb<0, 2>(rg, rg8, c, 0, each);
@@ -547,14 +551,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
         if ((q & 1) == (one_t >> 1)) ev[(q % DEF) >> 1] = v;
         if (q % DEF == DEF - 1 && mylive) {
 #pragma unroll
-          for (int j = 0; j < DEF / 2; ++j) {
-            const int G = q - (DEF - 1) + 2 * j + (one_t >> 1);
-            float sg, og;
-            L::scale(myc, G, sg, og);
-            const float2 sb = *reinterpret_cast<const float2*>(Sp + G * GR);
-            acc[0] = fmaf(sg, fmaf(sb.x, ev[j], sb.y), acc[0]);
-            if constexpr (L::HAS_MIN) acc[0] = fmaf(og, *reinterpret_cast<const float*>(Sp + G * GR + 16), acc[0]);
-          }
+          for (int j = 0; j < DEF / 2; ++j) kept_group<L>(myc, Sp, q - (DEF - 1) + 2 * j + (one_t >> 1), GR, ev[j], acc[0]);
         }
       });
     } else {  // a run of DEF groups' products first, then the kept ones' epilogue (L::chunk produces the

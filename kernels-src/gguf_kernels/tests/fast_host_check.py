@@ -71,6 +71,15 @@ def check_stream(lib, name, packed, w, K, x, R, label, ctas=0, wpc=0, exp8=False
     return report(label, rc, out, x, w)
 
 
+def check_m1(entry, name, packed, w, K, x, R, label):
+    """A one-token host model (fast_matmul_stream_one, fast_matmul_stream_flat) against gguf-py."""
+    out = np.full((1, R), np.nan, np.float32)
+    rc = entry(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R, ctypes.c_longlong(packed.shape[1]), K,
+               np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
+               out.ctypes.data_as(ctypes.c_void_p))
+    return report(label, rc, out, x, w)
+
+
 def main():
     tmp = tempfile.mkdtemp()
     lib = ctypes.CDLL(build(tmp))
@@ -134,13 +143,8 @@ def main():
         for K in {"Q6_K": [2048, 6144], "IQ4_XS": [2048, 5632], "MXFP4": [2048, 5632]}.get(name, [1024, 2816, 4096]):
             R = 37
             packed, w = random_rows(name, R, K, rng)
-            x = wide_x(rng, 1, K)
-            out = np.full((1, R), np.nan, np.float32)
-            rc = lib.fast_matmul_stream_one(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
-                                            ctypes.c_longlong(packed.shape[1]), K,
-                                            np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
-                                            out.ctypes.data_as(ctypes.c_void_p))
-            bad += not report(f"{name:7s} K={K:5d} M=1 one", rc, out, x, w)
+            bad += not check_m1(lib.fast_matmul_stream_one, name, packed, w, K, wide_x(rng, 1, K), R,
+                                f"{name:7s} K={K:5d} M=1 one")
     # MoE pairs on flat items (gemv_stream_kernel's FLAT): rows of 1..4 items (Q6_K: super-blocks, rows of
     # 210 .. 840 bytes, every other one 2 bytes off 4-byte alignment), two units of rows each
     for name in TYPES:
@@ -148,13 +152,8 @@ def main():
         for n in (1, 2, 3, 4):
             K, R = n * ie, 2 * {1: 16, 2: 8, 3: 16, 4: 4}[n]
             packed, w = random_rows(name, R, K, rng)
-            x = wide_x(rng, 1, K)
-            out = np.full((1, R), np.nan, np.float32)
-            rc = lib.fast_matmul_stream_flat(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
-                                             ctypes.c_longlong(packed.shape[1]), K,
-                                             np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
-                                             out.ctypes.data_as(ctypes.c_void_p))
-            bad += not report(f"{name:7s} K={K:5d} M=1 flat, {n} items", rc, out, x, w)
+            bad += not check_m1(lib.fast_matmul_stream_flat, name, packed, w, K, wide_x(rng, 1, K), R,
+                                f"{name:7s} K={K:5d} M=1 flat, {n} items")
     # FT<T>::scale (a lane reading one group's scale itself) against the scales chunk() passes
     for name in TYPES:
         K = 4096
