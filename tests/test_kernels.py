@@ -447,12 +447,33 @@ def test_moe_matmul_flat_items(name, dtype, x3d, rng):
         check_moe_with_unroutable(x, packed, w, ids, name, TOL[dtype])
 
 
+@pytest.mark.parametrize("x3d", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_moe_matmul_flat_ragged(dtype, x3d, rng):
+    """MXFP4 rows of 4k + 2 bytes at T = 1 (gpt-oss, K = 2880: 6 chunks, the last 10 of 16 blocks) on
+    ragged flat items: units of 8 rows (K = 2880), 16 (1088: 3 chunks), 4 (1600: 4), 2 (3904: 8) and 16
+    (64: one short chunk), A rows the even and odd rows of (row pair, chunk) slots at their own offsets;
+    an expert twice, an unroutable id; x a row a token or a row a pair. N not a multiple of the unit's
+    rows (2003) keeps the row pairs."""
+    E, top_k = 32, 4
+    for K, N in [(2880, 2880), (2880, 40), (1088, 48), (1600, 20), (3904, 6), (64, 32), (2880, 2003)]:
+        packed = random_packed("MXFP4", (E, N), K, rng)
+        w = ref_dequant(packed, "MXFP4").double()
+        ids = torch.from_numpy(np.argsort(rng.random((1, E)), axis=1)[:, :top_k].copy()).to(DEV)
+        ids[0, 1] = ids[0, 0]
+        ids[0, 3] = -1
+        x = torch.randn((1, top_k, K) if x3d else (1, K), device=DEV, dtype=dtype)
+        check_moe_with_unroutable(x, packed, w, ids, "MXFP4", TOL[dtype])
+
+
 @pytest.mark.parametrize("flat", ["0", "4"])
 def test_moe_matmul_flat_knob(flat):
     """GGUF_KERNELS_FAST_FLAT (read once a process): 0 keeps the 4-row form (ONE) on the flat cases and
-    the Qwen3 down shapes; 4 takes K of 4 chunks flat too (units of 4 rows, one stage): in a child."""
+    the Qwen3 down shapes, and the row pairs on the ragged ones; 4 takes K of 4 chunks flat too (units
+    of 4 rows, one stage): in a child."""
     run_child({"GGUF_KERNELS_FAST_FLAT": flat}, __file__,
-              "(flat_items and bfloat16) or (pairs_local and not True) or stream_one", " passed")
+              "(flat_items and bfloat16) or (flat_ragged and bfloat16) or (pairs_local and not True) or stream_one",
+              " passed")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)

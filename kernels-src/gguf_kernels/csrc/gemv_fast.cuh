@@ -511,10 +511,17 @@ GQ_HD int slot_row(int j, int last) {
 
 // gemv_stream_kernel's MoE pairs on flat items (FLAT, rows of n <= 4 items): an item is a chunk (Q6_K: a
 // super-block, half its chunk); the fewest rows of a unit whose items fill whole stages of 16 items, the
-// unit's stages, and each warp's shared memory for the unit's item sums (at most 48: 16 rows of 3)
+// unit's stages, and each warp's shared memory for the unit's item sums (at most 48: 16 rows of 3).
+// RAG (ragged rows, MXFP4 of 4k + 2 bytes, NOTES.md v37): an item is a chunk of K, the last one short
+// (K = 2880: 6 items, the last 10 of 16 blocks), each copied at its own offset into a slot of
+// flat_slot_bytes; the same units (rows of 6: 8 rows, 3 stages).
 template <int T> GQ_HD constexpr int flat_item_bytes() { return FT<T>::MIS ? FT<T>::CB / 2 : FT<T>::CB; }
 template <int T> GQ_HD constexpr int flat_item_elems() { return FT<T>::CE * flat_item_bytes<T>() / FT<T>::CB; }
 template <int T> GQ_HD int flat_items(int K) { return K / flat_item_elems<T>(); }
+template <int T, bool RAG> GQ_HD int flat_row_items(int K) { return RAG ? StreamRecs<T>::chunks(K) : flat_items<T>(K); }
+template <int T, bool RAG> GQ_HD constexpr int flat_slot_bytes() {
+  return RAG ? (flat_item_bytes<T>() + 15 + 15) / 16 * 16 : flat_item_bytes<T>();
+}
 // whether gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE> is the flat form: ONE on MoE pairs at MT = 1
 GQ_HD constexpr bool stream_flat(bool MOE, int MT, bool ONE) { return MOE && ONE && MT == 1; }
 GQ_HD constexpr int flat_rows(int n) { return 16 / (n & -n); }
@@ -523,20 +530,44 @@ constexpr int kFlatItemBytes = 48 * 4;
 // FLAT's lane roles (gemv_stream_kernel; tests/fast_host.cu's model): lane (g, c) at stage s of a unit
 // whose rows hold n <= 4 items. A row g holds the stage's item g and A row g + 8 item g + 8 (MIS: 2g
 // and 2g + 1); B's column g holds x's item col(g, n) = (g & 3) % n, so columns 0-3 and 4-7 each hold
-// every item of a row. The lane may keep A row g's product (c < 2) or A row g + 8's (c >= 2): `item`
-// is that row's item in the unit and `k` its place in its row, kept where k is one of the lane's
+// every item of a row. The lane may keep A row g's product (c < 2) or A row g + 8's (c >= 2, `hi`):
+// `item` is that row's item in the unit and `k` its place in its row, kept where k is one of the lane's
 // columns 2c, 2c + 1 (k >> 1 == c & 1), in D element `elem`.
-template <int T> struct FlatLane {
+// RAG: the unit's (row pair, item) slots in order, A row g holding the even row of slot 8 s + g and A
+// row g + 8 the odd row of slot 8 s + (g ^ 4), so that every lane reads its rows 0 and 2 bytes past
+// 4-byte alignment (chunk_ragged); B's column j holds x's item of slot 8 s + j. A row g's product is
+// kept in column g (lane c = g >> 1, element g & 1), A row g + 8's in column g ^ 4 (lane (g >> 1) ^ 2,
+// element 2 + (g & 1)): again one product a lane for half the lanes.
+template <int T, bool RAG = false> struct FlatLane {
   int item, k, elem;
-  bool kept;
-  GQ_HD FlatLane(int s, int g, int c, int n)
-      : item(16 * s + (FT<T>::MIS ? 2 * g + (c >> 1) : g + (c & 2) * 4)), k(item % n), elem((c & 2) + (k & 1)),
-        kept((k >> 1) == (c & 1)) {}
-  static GQ_HD int col(int g, int n) { return (g & 3) % n; }
+  bool kept, hi;
+  GQ_HD FlatLane(int s, int g, int c, int n) {
+    if constexpr (RAG) {
+      hi = (c >> 1) != (g >> 2);
+      const int f = 8 * s + (hi ? g ^ 4 : g), p = f / n;
+      k = f - p * n;
+      item = (2 * p + hi) * n + k;
+      elem = 2 * hi + (g & 1);
+      kept = (c & 1) == ((g >> 1) & 1);
+    } else {
+      item = 16 * s + (FT<T>::MIS ? 2 * g + (c >> 1) : g + (c & 2) * 4);
+      k = item % n;
+      elem = (c & 2) + (k & 1);
+      kept = (k >> 1) == (c & 1);
+      hi = (c & 2) != 0;
+    }
+  }
+  static GQ_HD int col(int s, int g, int n) { return RAG ? (8 * s + g) % n : (g & 3) % n; }
   // x item j's records from the start of a row's (StreamRecs): `stride` a chunk's, `gr` a group's (MIS:
   // an item is half a chunk)
   static GQ_HD size_t rec(int j, size_t stride, int gr) {
     return FT<T>::MIS ? (size_t)(j >> 1) * stride + (size_t)(j & 1) * (FT<T>::CE / FT<T>::GS / 2) * gr : (size_t)j * stride;
+  }
+  // RAG: the unit row and item of A row a (< 16) of stage s
+  static GQ_HD void slot(int s, int a, int n, int& row, int& item) {
+    const int f = 8 * s + (a < 8 ? a : (a - 8) ^ 4), p = f / n;
+    row = 2 * p + (a >= 8);
+    item = f - p * n;
   }
 };
 

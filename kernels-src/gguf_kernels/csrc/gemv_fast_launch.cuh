@@ -277,7 +277,7 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   const int sms = num_sms();
   const int S = knob_s() ? knob_s() : 2;
   constexpr bool FLAT = stream_flat(MOE, MT, ONE);  // stages of 16 items, and the item sums
-  constexpr size_t stage = FLAT ? 16 * flat_item_bytes<T>() : 2 * MT * stream_rs<T, MT, RAG>();
+  constexpr size_t stage = FLAT ? 16 * flat_slot_bytes<T, RAG>() : 2 * MT * stream_rs<T, MT, RAG>();
   const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * (S * stage + (FLAT ? kFlatItemBytes : 0)); };
   StreamChoice best{0, 0, 0, 0, 0, 0};
   int best_rounds = 0, best_cap = 0;
@@ -334,7 +334,7 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 StreamChoice stream_choice(const FastArgs& a, int units, size_t fixed) {
   const int nch = StreamRecs<T>::chunks(a.K);
-  const int nst = stream_flat(MOE, MT, ONE) ? flat_stages(flat_items<T>(a.K)) : (nch + 8 / MT - 1) / (8 / MT);
+  const int nst = stream_flat(MOE, MT, ONE) ? flat_stages(flat_row_items<T, RAG>(a.K)) : (nch + 8 / MT - 1) / (8 / MT);
   return choose_stream<T, XT, MOE, MT, RAG, ONE>(units, fixed, nst,
                                                  (MOE ? a.nx : ONE ? 1 : MT) * nch * (FT<T>::CE / FT<T>::GS));
 }
@@ -395,7 +395,7 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   // MoE over hit experts: the units were counted for the most hits, so a CTA on every SM
   if constexpr (MOE && MT == 8) ch.ctas = num_sms();
   if (MOE && a.local) {  // the records of the rows the chosen CTAs meet (a.nx was the guess for one a SM)
-    const int RU = stream_flat(MOE, MT, ONE) ? flat_rows(flat_items<T>(a.K)) : 2 * MT;  // rows a unit
+    const int RU = stream_flat(MOE, MT, ONE) ? flat_rows(flat_row_items<T, RAG>(a.K)) : 2 * MT;  // rows a unit
     const int hN = (a.N + RU - 1) / RU, rows = local_rows(a.P * hN, hN, a.x_div, ch.ctas);
     ch.smem += ((int64_t)rows - a.nx) * (int64_t)stream_rec_stride<T, MT>(a.K);
     a.nx = rows;
@@ -721,6 +721,12 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
                       ((uintptr_t)ga.w & 15) == 0;
     if (rag && !flat && (StreamRecs<T>::chunks(K) < min_chunks || !rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)))
       return cudaErrorNotSupported;
+    // ragged flat items (NOTES.md v37): MXFP4 rows of 4k + 2 bytes in units whose item sums fit (gpt-oss,
+    // K = 2880: 6 chunks, 8 rows of 3 stages), where the hit experts' units above declined (T = 1);
+    // GGUF_KERNELS_FAST_FLAT=0 turns it off with the aligned form
+    const int rn = StreamRecs<T>::chunks(K);
+    const bool rflat = T == MXFP4 && rag && knob_flat() > 0 && rn * flat_rows(rn) <= kFlatItemBytes / 4 &&
+                       N % flat_rows(rn) == 0 && ((uintptr_t)ga.w & 3) == 0;
     if (ga.x_stride % 8 != 0) return cudaErrorNotSupported;
     // local: each CTA only the records of the x rows its own range of units meets (guessed for a CTA an
     // SM and 2-row units, set for the chosen grid at launch), where that is fewer than all of them
@@ -741,6 +747,14 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
       const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, false, true>(a, units, fixed, stream)
                                               : launch_stream<T, __half, true, 1, false, true>(a, units, fixed, stream);
       if (e != cudaErrorNotSupported || rag) return e;
+    }
+    if constexpr (T == MXFP4) {
+      if (rflat) {
+        const cudaError_t e = xt == DType::BF16
+                                  ? launch_stream<T, __nv_bfloat16, true, 1, true, true>(a, P * (N / flat_rows(rn)), fixed, stream)
+                                  : launch_stream<T, __half, true, 1, true, true>(a, P * (N / flat_rows(rn)), fixed, stream);
+        if (e != cudaErrorNotSupported) return e;
+      }
     }
     if constexpr (may_rag<T>()) {
       if (rag) {

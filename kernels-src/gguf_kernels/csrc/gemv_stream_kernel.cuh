@@ -84,7 +84,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   // MoE over hit experts (EXP): a unit is 16 rows of one expert that the pairs hit, times all the
   // (at most 8) tokens, stored to the pairs that chose it
   constexpr bool EXP = MOE && MT == 8;
-  static_assert(!ONE || ((MT == 2 || MT == 1) && !RAG),
+  static_assert(!ONE || ((MT == 2 || MT == 1) && (!RAG || (MOE && MT == 1))),
                 "one kept value a lane: one x row a unit on the MT = 2 geometry, dense row pairs or MoE flat items (MT = 1)");
   // ONE on row pairs (ONE1, NOTES.md v32): A's rows g + 8 hold row 1's chunk g ^ 2 and B's column j
   // chunk j ^ 4 in odd groups, so that lane (g, c) keeps one product a pair of groups (role c ^ (g >> 1))
@@ -96,11 +96,14 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   // product slot decodes a chunk of K, where the 4-row form leaves a quarter idle at 3 chunks
   // Q6_K (MIS): the items are its super-blocks (210 bytes, rows of 630 at K = 768), A row g item 2g and
   // A row g + 8 item 2g + 1, so that every lane reads its rows 0 and 2 bytes past 4-byte alignment
+  // RAG (MXFP4 rows of 4k + 2 bytes, NOTES.md v37): items are chunks (the last one short), A rows g, g + 8
+  // the even and odd rows of two (row pair, item) slots (FlatLane), each item at its own offset in a slot
   constexpr bool FLAT = stream_flat(MOE, MT, ONE);
-  constexpr int IB = flat_item_bytes<T>();  // FLAT: bytes an item
+  constexpr int IB = flat_item_bytes<T>(), FSB = flat_slot_bytes<T, RAG>();  // FLAT: bytes an item, a slot
+  using FL = FlatLane<T, RAG && FLAT>;
   static_assert(!KS || (MT == 8 && !MOE && !RAG), "K split over a cluster: dense MT = 8");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
-  const int RS = stream_rs<T, MT, RAG>(), STAGE = FLAT ? 16 * IB : RPU * RS;
+  const int RS = stream_rs<T, MT, RAG>(), STAGE = FLAT ? 16 * FSB : RPU * RS;
   const int GR = Prep<T>::gr(1);
   extern __shared__ __align__(16) uint8_t smem[];
 
@@ -110,7 +113,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   const int rho = g / CPS, kap = g % CPS;  // lane's A rows (rho, rho + MT) and chunk; its B token rho
   const int N = a.N, K = a.K, S = a.S;
   const int nch = R::chunks(K);
-  const int fn = FLAT ? flat_items<T>(K) : 0;  // FLAT: items a row
+  const int fn = FLAT ? flat_row_items<T, RAG>(K) : 0;  // FLAT: items a row
   const int nst = FLAT ? flat_stages(fn) : (nch + CPS - 1) / CPS;
   const int RU = FLAT ? flat_rows(fn) : RPU;  // rows a unit
   const size_t RB = stream_rec_stride<T, MT>(K);  // one x row's records
@@ -215,7 +218,20 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       const uint8_t* s0 = iw + (b0 - mis);
       uint8_t* d = buf + st * STAGE;
       constexpr int NPF = stream_rs<T, MT, RAG>() / 16;  // pieces per row of a full stage: a fixed trip count
-      if constexpr (RAG && MT == 8) {  // as below, 16 rows in slot_row's order, a stage one chunk: lanes
+      if constexpr (FLAT && RAG) {  // A row j's (row, item) from the 16-byte boundary below it, up to the
+                                    // row's end (zeros past it): lanes 2j, 2j + 1 its even and odd pieces
+        int r, k;
+        FL::slot(is, lane >> 1, fn, r, k);
+        const uintptr_t a0 = (uintptr_t)(iw + (int64_t)r * a.row_bytes + k * IB);
+        const int m = (int)(a0 & 15), h = lane & 1;
+        const int v = m + (int)min((int64_t)IB, a.row_bytes - k * IB) - 16 * h;  // row bytes from piece h on
+        const uint8_t* p0 = reinterpret_cast<const uint8_t*>(a0 - m);
+        uint8_t* dj = d + (lane >> 1) * FSB + 16 * h;
+#pragma unroll
+        for (int q = 0; q < (FSB / 16 + 1) / 2; ++q) {
+          if (2 * q + h < (m + IB + 15) >> 4) cp16_part(dj + 32 * q, p0, 16 * h + 32 * q, v - 32 * q);
+        }
+      } else if constexpr (RAG && MT == 8) {  // as below, 16 rows in slot_row's order, a stage one chunk: lanes
                                        // 2j, 2j + 1 copy slot j's even and odd pieces, so each lane's row
                                        // (irow) is set once a unit and its pieces are fixed offsets
         const uintptr_t a0 = (uintptr_t)(irow + b0);
@@ -451,7 +467,13 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     const int mis = L::MIS ? (kph + c0 * L::CB) & 15 : 0;  // where the stage's copy starts before its first chunk
     const uint8_t* rg = buf + cur * STAGE + rho * RS + mis + (ch - c0) * L::CB;
     const uint8_t* rg8 = rg + MT * RS;
-    if constexpr (FLAT) {  // items g, g + 8 (MIS: 2g, 2g + 1)
+    if constexpr (FLAT && RAG) {  // A rows g, g + 8 at their items' own offsets
+      int r, k, r8, k8;
+      FL::slot(s, g, fn, r, k);
+      FL::slot(s, g + 8, fn, r8, k8);
+      rg = buf + cur * STAGE + g * FSB + (((uintptr_t)wrow + (int64_t)r * a.row_bytes + k * IB) & 15);
+      rg8 = buf + cur * STAGE + (g + 8) * FSB + (((uintptr_t)wrow + (int64_t)r8 * a.row_bytes + k8 * IB) & 15);
+    } else if constexpr (FLAT) {  // items g, g + 8 (MIS: 2g, 2g + 1)
       rg = buf + cur * STAGE + (L::MIS ? 2 * IB : IB) * g;
       rg8 = rg + (L::MIS ? IB : 8 * IB);
     }
@@ -461,14 +483,14 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     if constexpr (RAG && MT == 8) {  // rows at their own offsets, in slot_row's order
       rg = buf + cur * STAGE + g * RS + (((uintptr_t)wa + c0 * L::CB) & 15);
       rg8 = buf + cur * STAGE + (g + 8) * RS + (((uintptr_t)wb + c0 * L::CB) & 15);
-    } else if constexpr (RAG) {  // rows at their own offsets
+    } else if constexpr (RAG && !FLAT) {  // rows at their own offsets
       const uintptr_t a0 = (uintptr_t)wrow + c0 * L::CB, a1 = a0 + (row0 + 1 < N ? a.row_bytes : -a.row_bytes);
       rg = buf + cur * STAGE + (a0 & 15) + (ch - c0) * L::CB;
       rg8 = buf + cur * STAGE + RS + (a1 & 15) + (ch - c0) * L::CB;
     }
-    const FlatLane<T> fl(s, g, c, FLAT ? fn : 1);  // FLAT: the lane's roles
+    const FL fl(s, g, c, FLAT ? fn : 1);  // FLAT: the lane's roles
     const uint8_t* Bp = xrec + (MOE && !EXP ? 0 : rec_off(MT == 8 ? tb : rho)) +
-                        (FLAT ? FlatLane<T>::rec(FlatLane<T>::col(g, fn), R::bstride(), R::BREC) : (size_t)ch * R::bstride()) +
+                        (FLAT ? FL::rec(FL::col(s, g, fn), R::bstride(), R::BREC) : (size_t)ch * R::bstride()) +
                         c * (8 * STEPS);
     const uint8_t* Bo = Bp;  // ONE: column g of odd groups
     if constexpr (ONE && !FLAT) {  // column g holds chunk (g >> 1) ^ (g & 1) in even groups, that ^ 2 in odd ones
@@ -478,7 +500,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       Bo = xrec + (size_t)(c0 + (no < nch - c0 ? no : 0)) * R::bstride() + c * (8 * STEPS);
     }
     const uint8_t* Sp = xrec + ((MOE && !EXP) || ONE ? 0 : rec_off(MT == 8 ? t0 : tok)) + (size_t)nch * R::bstride() +
-                        (FLAT ? FlatLane<T>::rec(fl.k, R::sstride(), GR) : (size_t)(ONE1 && (one_t & 1) ? ch8 : ch) * R::sstride());
+                        (FLAT ? FL::rec(fl.k, R::sstride(), GR) : (size_t)(ONE1 && (one_t & 1) ? ch8 : ch) * R::sstride());
     const auto product = [&](int q, const uint32_t (&A)[2][4], float (&D)[4]) {
       uint32_t b[4] = {0u, 0u, 0u, 0u};
       const uint8_t* Bq = (ONE && (q & 1) ? Bo : Bp) + q * R::BREC;
@@ -518,7 +540,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
                                   // groups (as ONE below), from the scales of the lane's own A row
       constexpr int DEF = GPC > 16 ? 8 : GPC;
       float ev[DEF];
-      const uint8_t* myc = (c & 2) ? rg8 : rg;
+      const uint8_t* myc = fl.hi ? rg8 : rg;
       const int fe = fl.elem;
       const auto each = [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
         float D[4];
@@ -529,7 +551,8 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
           for (int j = 0; j < DEF; ++j) kept_group<L>(myc, Sp, q - (DEF - 1) + j, GR, ev[j], acc[0]);
         }
       };
-      if constexpr (L::MIS) L::template sb<0, 2>(rg, rg8, c, 0, each);
+      if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, each);
+      else if constexpr (L::MIS) L::template sb<0, 2>(rg, rg8, c, 0, each);
       else L::chunk(rg, rg8, c, each);
       if (fl.kept) itm[fl.item] = acc[0];  // the item's sum (each item is kept by one lane)
       acc[0] = 0.f;

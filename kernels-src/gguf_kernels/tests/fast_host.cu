@@ -436,42 +436,70 @@ static int run_stream_one(const uint8_t* w, int R, int64_t rb, int K, const floa
 // units of flat_rows(n) rows whose (row, item) items, in memory order, are streamed as stages of 16
 // contiguous items; the lanes' roles from FlatLane (the kernel's own), each kept product scaled from its
 // item's header and summed per item, each item's sum written once, a row's items added at the unit's end.
-template <int T>
+// RAG (MXFP4 rows of 4k + 2 bytes, K any multiple of 32): items are chunks, the last one short; A row a
+// of a stage holds FlatLane::slot's (row, item), copied as the kernel does to its own offset in its slot
+// (the rows' base taken 16-byte aligned), zero-filled past the row's end; bytes no copy writes hold 0xFF.
+template <int T, bool RAG>
 static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const float* x, float* out) {
   using L = FT<T>;
   using SR = StreamRecs<T>;
-  using FL = FlatLane<T>;
-  constexpr int IB = flat_item_bytes<T>();
+  using FL = FlatLane<T, RAG>;
+  constexpr int IB = flat_item_bytes<T>(), FSB = flat_slot_bytes<T, RAG>();
   const int GPI = L::CE / L::GS * IB / L::CB, STEPS = L::STEPS, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
-  const int n = flat_items<T>(K);
-  if (n < 1 || n > 4 || K != n * (L::CE * IB / L::CB) || rb != (int64_t)n * IB || R % flat_rows(n)) return 2;
+  const int n = flat_row_items<T, RAG>(K);
+  if (RAG ? T != MXFP4 || K % Traits<T>::BLOCK || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES || rb % 4 != 2 ||
+                n * flat_rows(n) > kFlatItemBytes / 4
+          : n < 1 || n > 4 || K != n * (L::CE * IB / L::CB) || rb != (int64_t)n * IB)
+    return 2;
+  if (R % flat_rows(n)) return 2;
   const int RU = flat_rows(n), nst = flat_stages(n), nch = SR::chunks(K);
   std::vector<float> xp((size_t)nch * L::CE, 0.f);  // x padded with zeros to whole chunks, as load_x
   std::memcpy(xp.data(), x, sizeof(float) * K);
   std::vector<uint8_t> recs(SR::bytes(K), 0xCD);
   for (int G = 0; G < nch * (L::CE / L::GS); ++G) SR::group(xp.data() + (size_t)G * L::GS, G, K, recs.data());
   const uint8_t* srecs = recs.data() + (size_t)nch * SR::bstride();
-  std::vector<uint8_t> stage_mem(16 * IB + 32);
+  std::vector<uint8_t> stage_mem(16 * FSB + 32);
   uint8_t* st = reinterpret_cast<uint8_t*>(((uintptr_t)stage_mem.data() + 15) & ~(uintptr_t)15);
   for (int row0 = 0; row0 < R; row0 += RU) {
     std::vector<float> itm(RU * n, NAN);
     std::vector<int> kept(RU * n, 0);
     for (int s = 0; s < nst; ++s) {
-      std::memcpy(st, w + (int64_t)row0 * rb + (int64_t)16 * s * IB, (size_t)16 * IB);
+      int mis[16] = {};  // RAG: where A row a's item starts in its slot
+      if constexpr (RAG) {
+        std::memset(st, 0xFF, (size_t)16 * FSB);
+        for (int a = 0; a < 16; ++a) {
+          int r, k;
+          FL::slot(s, a, n, r, k);
+          const int64_t start = (int64_t)(row0 + r) * rb + (int64_t)k * IB;
+          const int64_t nb = std::min<int64_t>(IB, rb - (int64_t)k * IB);
+          mis[a] = (int)(start & 15);
+          if ((mis[a] + IB + 15) / 16 * 16 > FSB) { std::fprintf(stderr, "slot past FSB\n"); return 4; }
+          std::memset(st + a * FSB + mis[a], 0, IB);
+          std::memcpy(st + a * FSB + mis[a], w + start, (size_t)nb);
+        }
+      } else {
+        std::memcpy(st, w + (int64_t)row0 * rb + (int64_t)16 * s * IB, (size_t)16 * IB);
+      }
       std::vector<Rec> rcs(32 * GPI);
       const uint8_t* rg[32];
       const uint8_t* rg8[32];
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane >> 2, c = lane & 3;
-        rg[lane] = st + (L::MIS ? 2 * IB : IB) * g;
-        rg8[lane] = rg[lane] + (L::MIS ? IB : 8 * IB);
-        decode_chunk<T, false, true>(rg[lane], rg8[lane], c, &rcs[lane * GPI]);
+        if constexpr (RAG) {
+          rg[lane] = st + g * FSB + mis[g];
+          rg8[lane] = st + (g + 8) * FSB + mis[g + 8];
+          decode_chunk<T, true>(rg[lane], rg8[lane], c, &rcs[lane * GPI]);
+        } else {
+          rg[lane] = st + (L::MIS ? 2 * IB : IB) * g;
+          rg8[lane] = rg[lane] + (L::MIS ? IB : 8 * IB);
+          decode_chunk<T, false, true>(rg[lane], rg8[lane], c, &rcs[lane * GPI]);
+        }
       }
       std::vector<float> D((size_t)GPI * 32 * 4);
       for (int q = 0; q < GPI; ++q) {
         float Dq[32][4] = {};
         mma_group(&rcs[q], GPI, STEPS, Dq, [&](int g, int c) -> const uint8_t* {
-          return recs.data() + FL::rec(FL::col(g, n), SR::bstride(), BREC) + q * BREC + c * (8 * STEPS);
+          return recs.data() + FL::rec(FL::col(s, g, n), SR::bstride(), BREC) + q * BREC + c * (8 * STEPS);
         });
         std::memcpy(&D[(size_t)q * 128], Dq, sizeof(Dq));
       }
@@ -479,7 +507,7 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
         const int g = lane >> 2, c = lane & 3;
         const FL fl(s, g, c, n);
         if (!fl.kept) continue;
-        const uint8_t* myc = (c & 2) ? rg8[lane] : rg[lane];
+        const uint8_t* myc = fl.hi ? rg8[lane] : rg[lane];
         float acc = 0.f;
         for (int G = 0; G < GPI; ++G) {
           float sg, og;
@@ -524,7 +552,12 @@ extern "C" int fast_matmul_stream_one(int t, const uint8_t* w, int R, long long 
 }
 
 extern "C" int fast_matmul_stream_flat(int t, const uint8_t* w, int R, long long rb, int K, const float* x, float* out) {
-  return with_fast_type(t, 1, [&](auto T) { return run_stream_flat<decltype(T)::value>(w, R, rb, K, x, out); });
+  return with_fast_type(t, 1, [&](auto T) { return run_stream_flat<decltype(T)::value, false>(w, R, rb, K, x, out); });
+}
+
+extern "C" int fast_matmul_stream_flat_ragged(int t, const uint8_t* w, int R, long long rb, int K, const float* x,
+                                              float* out) {
+  return with_fast_type(t, 1, [&](auto T) { return run_stream_flat<decltype(T)::value, true>(w, R, rb, K, x, out); });
 }
 
 extern "C" int fast_matmul_stream(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M,

@@ -72,7 +72,7 @@ def check_stream(lib, name, packed, w, K, x, R, label, ctas=0, wpc=0, exp8=False
 
 
 def check_m1(entry, name, packed, w, K, x, R, label):
-    """A one-token host model (fast_matmul_stream_one, fast_matmul_stream_flat) against gguf-py."""
+    """A one-token host model (fast_matmul_stream_one, fast_matmul_stream_flat[_ragged]) against gguf-py."""
     out = np.full((1, R), np.nan, np.float32)
     rc = entry(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R, ctypes.c_longlong(packed.shape[1]), K,
                np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
@@ -154,6 +154,14 @@ def main():
             packed, w = random_rows(name, R, K, rng)
             bad += not check_m1(lib.fast_matmul_stream_flat, name, packed, w, K, wide_x(rng, 1, K), R,
                                 f"{name:7s} K={K:5d} M=1 flat, {n} items")
+    # ragged flat items (MXFP4 rows of 4k + 2 bytes, v37): rows of 1, 3, 4, 6 and 8 chunks, the last one
+    # short (K = 2880: gpt-oss, 6 items, 8 rows a unit), two units (K = 2880: three)
+    for K in (64, 1088, 1600, 2880, 3904):
+        n = -(-K // 512)
+        R = (3 if K == 2880 else 2) * 16 // (n & -n)
+        packed, w = random_rows("MXFP4", R, K, rng)
+        bad += not check_m1(lib.fast_matmul_stream_flat_ragged, "MXFP4", packed, w, K, wide_x(rng, 1, K), R,
+                            f"MXFP4   K={K:5d} M=1 ragged flat, {n} items")
     # FT<T>::scale (a lane reading one group's scale itself) against the scales chunk() passes
     for name in TYPES:
         K = 4096
