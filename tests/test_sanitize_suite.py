@@ -23,8 +23,10 @@ quantize Q5_K 14336x4096 bf16: 7.78 ms, 15 GB/s of bf16 input
 
 
 def test_a_clean_shard():
-    assert sanitize_suite.summary(CLEAN) == {"passed": 97, "skipped": 1, "failed": 0, "memcheck_errors": 0,
-                                             "memcheck_reports": 1}
+    s = sanitize_suite.summary(CLEAN)
+    assert s == {"passed": 97, "skipped": 1, "failed": 0, "memcheck_errors": 0, "memcheck_reports": 1, "printed": 0,
+                 "oom": 0}
+    assert sanitize_suite.clean(s)
 
 
 def test_a_shard_cut_off_counts_the_tests_that_finished_and_has_no_report():
@@ -40,4 +42,22 @@ def test_memcheck_errors_and_failures_are_counted(summary_line, errors):
     log = log.replace("========= COMPUTE-SANITIZER\n", "========= COMPUTE-SANITIZER\n"
                       "========= Invalid __global__ read of size 4 bytes\n=========     at kernel+0x1d0\n")
     s = sanitize_suite.summary(log)
-    assert (s["passed"], s["failed"], s["memcheck_errors"]) == (95, 2, errors)
+    assert (s["passed"], s["failed"], s["memcheck_errors"], s["printed"], s["oom"]) == (95, 2, errors, 1, 0)
+    assert not sanitize_suite.clean(s)
+
+
+# session 30's 6-shard run: memcheck's report of torch's cudaMalloc failing (its allocator then frees its
+# cache and retries), printed into pytest's progress line
+OOM = ("..................................========= Program hit cudaErrorMemoryAllocation (error 2) due to "
+       '"out of memory" on CUDA API call to cudaMalloc.\n=========     Saved host backtrace up to driver entry point\n')
+
+
+def test_out_of_memory_returns_are_told_apart_from_invalid_accesses():
+    log = CLEAN.replace("========= ERROR SUMMARY: 0 errors", OOM + "========= ERROR SUMMARY: 1 error")
+    s = sanitize_suite.summary(log)
+    assert (s["memcheck_errors"], s["printed"], s["oom"]) == (1, 1, 1)
+    assert sanitize_suite.clean(s)
+    # an invalid access beside it, or an error memcheck did not print, is not clean
+    bad = log.replace(OOM, OOM + "========= Invalid __shared__ write of size 4 bytes\n").replace("1 error", "2 errors")
+    assert not sanitize_suite.clean(sanitize_suite.summary(bad))
+    assert not sanitize_suite.clean(sanitize_suite.summary(log.replace("1 error", "3 errors")))
