@@ -212,7 +212,8 @@ def make_plan(types: list[str], ms: list[int], quick: bool, moe: bool,
         for label, K, N, E, k, shape_types, x_rows in MOE_SHAPES:
             for name in shape_types:
                 if name in types:
-                    plan.append(("moe", name, K, N, [1, 8] if quick else MOE_TS, (label, E, k, x_rows)))
+                    plan.append(("moe", name, K, N, [1, 8] if quick else [t for t in MOE_TS if t in ms],
+                                 (label, E, k, x_rows)))
     return plan
 
 

@@ -4,21 +4,17 @@
 # checks the CUDA quantizer against the torch one, writes a Llama-3-8B-shape F16 GGUF
 # (.dev/gen_gguf.py, SmolLM2 vocabulary), quantizes it to Q8_0 and Q4_K_M with gguf-quant on the GPU
 # and with llama-quantize (all CPU threads), compares the files byte for byte, then times decode.
-#   bash benchmarks/device_e2e.sh [OUTDIR]      (needs .whl/ and .dev/ carried)
+#   bash benchmarks/device_e2e.sh [OUTDIR]      (needs .whl/ and .dev/ carried: benchmarks/device_carry.sh)
 set -o pipefail
 OUTD=${1:-${OUT:-/tmp/gguf_out}}; mkdir -p "$OUTD"
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+source benchmarks/device_setup.sh
 LL=/tmp/ll/llama.cpp
 setsid bash -c "mkdir -p /tmp/ll && tar xzf .dev/llama.tgz -C /tmp/ll && cd $LL && \
   cmake -B build -G Ninja -DGGML_CUDA=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
     -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF > /tmp/ll/cmake.log 2>&1 && \
   cmake --build build --target llama-quantize -j 10 > /tmp/ll/build.log 2>&1; echo \$? > /tmp/ll/build.rc" \
   < /dev/null > /dev/null 2>&1 &
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD/tests PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-12}
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
-python3 -m gguf_quant.build_kernels --out /tmp/kb > "$OUTD/build.log" 2>&1 || { tail -30 "$OUTD/build.log"; exit 1; }
-el "kernels built"
+build_kernels /tmp/kb || exit 1
 export GGUF_QUANT_KERNELS=/tmp/kb GGUF_QUANT_KERNELS_HUB=0
 # the full quantizer suite is long (its torch reference runs on CUDA too); the benchmark below
 # compares every tensor of an 8B model with llama-quantize byte for byte anyway

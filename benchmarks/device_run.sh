@@ -2,12 +2,13 @@
 # On the GPU machine, from the repository root: build the kernels, run the GPU tests,
 # compute-sanitizer and the benchmark, with llama.cpp's matmuls timed beside ours.
 #   bash benchmarks/device_run.sh [OUTDIR]
-# Needs .whl/ (gguf, kernels, transformers wheels) and, for llama.cpp, .dev/llama.tgz (packed by
-# shared/tools/llamacpp-on-device.sh). NO_LLAMA=1 skips llama.cpp; QUICK=1 runs a short bench;
-# REUSE_BUILD=1 keeps a build already in /tmp/kb (one made earlier in the same call).
+# Needs .whl/ and, for llama.cpp, .dev/llama.tgz carried (benchmarks/device_carry.sh fills both).
+# NO_LLAMA=1 skips llama.cpp; QUICK=1 runs a short bench; REUSE_BUILD=1 keeps a build already in
+# /tmp/kb (one made earlier in the same call).
 set -o pipefail
 OUTD=${1:-${OUT:-/tmp/gguf_out}}; mkdir -p "$OUTD"
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+MAX_JOBS=${MAX_JOBS:-6}   # llama.cpp builds beside ours
+source benchmarks/device_setup.sh
 LL=/tmp/ll/llama.cpp
 if [ -f .dev/llama.tgz ] && [ -z "$NO_LLAMA" ]; then   # ggml only, same flags as llamacpp-on-device.sh
   setsid bash -c "mkdir -p /tmp/ll && tar xzf .dev/llama.tgz -C /tmp/ll && cd $LL && \
@@ -16,13 +17,8 @@ if [ -f .dev/llama.tgz ] && [ -z "$NO_LLAMA" ]; then   # ggml only, same flags a
       > /tmp/ll/cmake.log 2>&1 && cmake --build build --target ggml -j 14 > /tmp/ll/build.log 2>&1; \
     echo \$? > /tmp/ll/build.rc" < /dev/null > /dev/null 2>&1 &
 fi
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-6}
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 if [ -n "$REUSE_BUILD" ] && [ -d /tmp/kb/build ]; then el "kernels: the build already in /tmp/kb (REUSE_BUILD)"
-else
-  python3 -m gguf_quant.build_kernels --out /tmp/kb > "$OUTD/build.log" 2>&1 || { tail -40 "$OUTD/build.log"; exit 1; }
-  el "kernels built: $(tail -1 "$OUTD/build.log")"
+else build_kernels /tmp/kb || exit 1
 fi
 export GGUF_QUANT_KERNELS=/tmp/kb GGUF_QUANT_KERNELS_HUB=0
 timeout 400 python3 -m pytest tests/test_kernels.py tests/test_kernels_quantize_gpu.py tests/test_gpu_models.py -q \

@@ -1,0 +1,22 @@
+#!/bin/bash
+# On the GPU machine, from the repository root: this tree's kernels (A) against another kernel tree (B,
+# default .dev/base: main's, unpacked by device_carry.sh) in one call. Both are built side by side,
+# then bench_matmul.py runs with the given arguments A, B, A, B, so drift shows as A-A' spread.
+#   bash benchmarks/device_ab.sh [bench_matmul args]      e.g. --moe-only --types MXFP4 --ms 1
+# BASE=DIR picks B's tree; AB_ENV="VAR=value ..." is set for extra A rows (a knob's other settings).
+set -o pipefail
+OUTD=${OUT:-/tmp/gguf_out}; mkdir -p "$OUTD"
+source benchmarks/device_setup.sh
+BASE=${BASE:-.dev/base/kernels-src/gguf_kernels}
+build_kernels /tmp/ka "" 8 & build_kernels /tmp/kb "$BASE" 8 & wait
+[ -d /tmp/ka/build ] && [ -d /tmp/kb/build ] || exit 1
+run() {  # run LABEL KERNELS [ENV...]
+  local label=$1 kdir=$2; shift 2
+  env "$@" GGUF_QUANT_KERNELS=$kdir python3 benchmarks/bench_matmul.py "${ARGS[@]}" --out "$OUTD/$label.md" \
+    > "$OUTD/$label.log" 2>&1 || tail -5 "$OUTD/$label.log"
+  echo "## $label ($kdir $*)"; grep "^| [a-z]" "$OUTD/$label.md"
+}
+ARGS=("$@")
+run A1 /tmp/ka; run B1 /tmp/kb; run A2 /tmp/ka; run B2 /tmp/kb
+for e in ${AB_ENV}; do run "A-$e" /tmp/ka "$e"; done
+el "all done"

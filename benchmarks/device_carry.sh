@@ -1,0 +1,16 @@
+#!/bin/bash
+# Here, on a machine with PyPI, from the repository root: fill the ignored folders that the device
+# scripts need carried (the device tool's `carry`: [".whl", ".dev"]); a fresh checkout has neither.
+#   bash benchmarks/device_carry.sh [SHARED_TOOLS]      (default ../shared/tools)
+# .whl/             gguf, kernels and transformers wheels (the GPU machine has torch, not these)
+# .dev/llama.tgz    llama.cpp from the llama-cpp-python sdist (SHARED_TOOLS/llamacpp-on-device.sh pack)
+# .dev/gen_gguf.py  the random-weight GGUF writer behind device_e2e.sh
+# .dev/base/        main's kernel sources, the B side of device_ab.sh
+set -e
+TOOLS=${1:-../shared/tools}
+mkdir -p .whl .dev
+python3 -m pip download -q --no-deps --only-binary=:all: -d .whl gguf==0.19.0 kernels==0.17.2 transformers==5.24.0
+[ -f .dev/llama.tgz ] || bash "$TOOLS/llamacpp-on-device.sh" pack .dev
+cp "$TOOLS/gen_gguf.py" .dev/gen_gguf.py
+rm -rf .dev/base && mkdir -p .dev/base && git archive main kernels-src/gguf_kernels | tar -x -C .dev/base
+du -sh .whl .dev
