@@ -3,7 +3,8 @@
 # default .dev/base: main's, unpacked by device_carry.sh) in one call. Both are built side by side,
 # then bench_matmul.py runs with the given arguments A, B, A, B, so drift shows as A-A' spread.
 #   bash benchmarks/device_ab.sh [bench_matmul args]      e.g. --moe-only --types MXFP4 --ms 1
-# BASE=DIR picks B's tree; AB_ENV="VAR=value ..." is set for extra A rows (a knob's other settings).
+# BASE=DIR picks B's tree; AB_ENV="VAR=value ..." adds A rows with each setting (a knob's other values);
+# AB_TESTS="tests/x.py::test_a ..." then runs those tests on A's build, and again under memcheck.
 set -o pipefail
 OUTD=${OUT:-/tmp/gguf_out}; mkdir -p "$OUTD"
 source benchmarks/device_setup.sh
@@ -18,5 +19,11 @@ run() {  # run LABEL KERNELS [ENV...]
 }
 ARGS=("$@")
 run A1 /tmp/ka; run B1 /tmp/kb; run A2 /tmp/ka; run B2 /tmp/kb
-for e in ${AB_ENV}; do run "A-$e" /tmp/ka "$e"; done
-el "all done"
+for e in ${AB_ENV}; do run "A-${e//[^A-Za-z0-9_]/_}" /tmp/ka "$e"; done
+el "timing done"
+if [ -n "$AB_TESTS" ]; then
+  GGUF_QUANT_KERNELS=/tmp/ka timeout 300 python3 -m pytest $AB_TESTS -q -p no:cacheprovider 2>&1 | tail -3
+  el "tests done"
+  GGUF_QUANT_KERNELS=/tmp/ka python3 benchmarks/sanitize_suite.py --shards 2 --timeout 300 $AB_TESTS
+  el "memcheck done"
+fi
