@@ -526,6 +526,17 @@ template <int T, bool RAG> GQ_HD constexpr int flat_slot_bytes() {
 GQ_HD constexpr bool stream_flat(bool MOE, int MT, bool ONE) { return MOE && ONE && MT == 1; }
 GQ_HD constexpr int flat_rows(int n) { return 16 / (n & -n); }
 GQ_HD constexpr int flat_stages(int n) { return n / (n & -n); }
+// gemv_stream_kernel<T, ., MOE, MT, RAG, ONE>'s unit at K: its rows (FLAT: flat_rows of a row's items;
+// else 2 MT) and its stages (FLAT: flat_stages; else 8 / MT chunks a stage), for the kernel and its launch
+template <int T, bool MOE, int MT, bool RAG, bool ONE>
+GQ_HD int stream_unit_rows(int K) {
+  return stream_flat(MOE, MT, ONE) ? flat_rows(flat_row_items<T, RAG>(K)) : 2 * MT;
+}
+template <int T, bool MOE, int MT, bool RAG, bool ONE>
+GQ_HD int stream_unit_stages(int K) {
+  return stream_flat(MOE, MT, ONE) ? flat_stages(flat_row_items<T, RAG>(K))
+                                   : (StreamRecs<T>::chunks(K) + 8 / MT - 1) / (8 / MT);
+}
 constexpr int kFlatItemBytes = 48 * 4;
 // FLAT's lane roles (gemv_stream_kernel; tests/fast_host.cu's model): lane (g, c) at stage s of a unit
 // whose rows hold n <= 4 items. A row g holds the stage's item g and A row g + 8 item g + 8 (MIS: 2g

@@ -333,8 +333,7 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
 
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 StreamChoice stream_choice(const FastArgs& a, int units, size_t fixed) {
-  const int nch = StreamRecs<T>::chunks(a.K);
-  const int nst = stream_flat(MOE, MT, ONE) ? flat_stages(flat_row_items<T, RAG>(a.K)) : (nch + 8 / MT - 1) / (8 / MT);
+  const int nch = StreamRecs<T>::chunks(a.K), nst = stream_unit_stages<T, MOE, MT, RAG, ONE>(a.K);
   return choose_stream<T, XT, MOE, MT, RAG, ONE>(units, fixed, nst,
                                                  (MOE ? a.nx : ONE ? 1 : MT) * nch * (FT<T>::CE / FT<T>::GS));
 }
@@ -395,7 +394,7 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   // MoE over hit experts: the units were counted for the most hits, so a CTA on every SM
   if constexpr (MOE && MT == 8) ch.ctas = num_sms();
   if (MOE && a.local) {  // the records of the rows the chosen CTAs meet (a.nx was the guess for one a SM)
-    const int RU = stream_flat(MOE, MT, ONE) ? flat_rows(flat_row_items<T, RAG>(a.K)) : 2 * MT;  // rows a unit
+    const int RU = stream_unit_rows<T, MOE, MT, RAG, ONE>(a.K);
     const int hN = (a.N + RU - 1) / RU, rows = local_rows(a.P * hN, hN, a.x_div, ch.ctas);
     ch.smem += ((int64_t)rows - a.nx) * (int64_t)stream_rec_stride<T, MT>(a.K);
     a.nx = rows;

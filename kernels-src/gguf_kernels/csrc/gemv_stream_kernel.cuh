@@ -114,8 +114,8 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
   const int N = a.N, K = a.K, S = a.S;
   const int nch = R::chunks(K);
   const int fn = FLAT ? flat_row_items<T, RAG>(K) : 0;  // FLAT: items a row
-  const int nst = FLAT ? flat_stages(fn) : (nch + CPS - 1) / CPS;
-  const int RU = FLAT ? flat_rows(fn) : RPU;  // rows a unit
+  const int nst = stream_unit_stages<T, MOE, MT, RAG, ONE>(K);
+  const int RU = stream_unit_rows<T, MOE, MT, RAG, ONE>(K);  // rows a unit
   const size_t RB = stream_rec_stride<T, MT>(K);  // one x row's records
   const int nx = MOE ? a.nx : ONE ? 1 : MT;
   const auto rec_off = [&](int xr) { return stream_rec_off(xr, RB, MT); };

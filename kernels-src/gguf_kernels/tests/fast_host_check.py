@@ -150,7 +150,7 @@ def main():
     for name in TYPES:
         ie = 256 if name in ("Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K") else 512
         for n in (1, 2, 3, 4):
-            K, R = n * ie, 2 * {1: 16, 2: 8, 3: 16, 4: 4}[n]
+            K, R = n * ie, 2 * 16 // (n & -n)  # two units of flat_rows(n)
             packed, w = random_rows(name, R, K, rng)
             bad += not check_m1(lib.fast_matmul_stream_flat, name, packed, w, K, wide_x(rng, 1, K), R,
                                 f"{name:7s} K={K:5d} M=1 flat, {n} items")
