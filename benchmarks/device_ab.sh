@@ -9,8 +9,9 @@ set -o pipefail
 OUTD=${OUT:-/tmp/gguf_out}; mkdir -p "$OUTD"
 source benchmarks/device_setup.sh
 BASE=${BASE:-.dev/base/kernels-src/gguf_kernels}
-build_kernels /tmp/ka "" 8 & build_kernels /tmp/kb "$BASE" 8 & wait
-[ -d /tmp/ka/build ] && [ -d /tmp/kb/build ] || exit 1
+# each build's own status (a build left in /tmp/ka or /tmp/kb by an earlier call must not pass for it)
+build_kernels /tmp/ka "" 8 & pa=$!; build_kernels /tmp/kb "$BASE" 8 & pb=$!
+wait $pa && wait $pb || exit 1
 run() {  # run LABEL KERNELS [ENV...]
   local label=$1 kdir=$2; shift 2
   env "$@" GGUF_QUANT_KERNELS=$kdir python3 benchmarks/bench_matmul.py "${ARGS[@]}" --out "$OUTD/$label.md" \

@@ -15,7 +15,7 @@ setsid bash -c "mkdir -p /tmp/ll && tar xzf .dev/llama.tgz -C /tmp/ll && cd $LL 
   cmake --build build --target llama-quantize -j 10 > /tmp/ll/build.log 2>&1; echo \$? > /tmp/ll/build.rc" \
   < /dev/null > /dev/null 2>&1 &
 build_kernels /tmp/kb || exit 1
-export GGUF_QUANT_KERNELS=/tmp/kb GGUF_QUANT_KERNELS_HUB=0
+export GGUF_QUANT_KERNELS=/tmp/kb
 # the full quantizer suite is long (its torch reference runs on CUDA too); the benchmark below
 # compares every tensor of an 8B model with llama-quantize byte for byte anyway
 timeout 150 python3 -m pytest tests/test_gpu_models.py "tests/test_kernels_quantize_gpu.py::test_layouts_and_edges" \

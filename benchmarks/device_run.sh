@@ -20,7 +20,7 @@ fi
 if [ -n "$REUSE_BUILD" ] && [ -d /tmp/kb/build ]; then el "kernels: the build already in /tmp/kb (REUSE_BUILD)"
 else build_kernels /tmp/kb || exit 1
 fi
-export GGUF_QUANT_KERNELS=/tmp/kb GGUF_QUANT_KERNELS_HUB=0
+export GGUF_QUANT_KERNELS=/tmp/kb
 timeout 400 python3 -m pytest tests/test_kernels.py tests/test_kernels_quantize_gpu.py tests/test_gpu_models.py -q \
   -p no:cacheprovider --maxfail=20 2>&1 | tee "$OUTD/test.log" | tail -25
 timeout 120 python3 kernels-src/gguf_kernels/tests/fast_gpu_check.py 2>&1 | tee "$OUTD/fast_check.log" | tail -3

@@ -7,5 +7,5 @@ set -o pipefail
 source benchmarks/device_setup.sh
 build_kernels /tmp/kb || exit 1
 export GGUF_QUANT_KERNELS=/tmp/kb
-python3 benchmarks/sanitize_suite.py --shards ${SHARDS:-6} --timeout ${TIMEOUT:-450} "$@"
+python3 benchmarks/sanitize_suite.py "$@"
 rc=$?; el "sanitize suite rc $rc"; exit $rc
