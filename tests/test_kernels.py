@@ -247,6 +247,7 @@ def test_matmul_tile_fast(name, M, rng):
             check_matmul(name, M, N, K, rng, dtype)
 
 
+@pytest.mark.cuda_graph
 @pytest.mark.parametrize("M", [1, 4, 8])
 @pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q6_K", "IQ4_XS", "MXFP4"])
 def test_matmul_dependent_launch_chain(name, M, rng):
@@ -571,6 +572,7 @@ def test_moe_matmul_skewed_routing(rng):
 
 # --- several GPUs -------------------------------------------------------------------------------
 
+@pytest.mark.cuda_graph
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_second_device(rng):
     """A model split over two GPUs (device_map="auto") runs its layers on both from one process. A
@@ -654,6 +656,7 @@ def test_compile_fullgraph_through_gguf_ops(gq_ops, rng):
         torch.testing.assert_close(a[1], b[1])
 
 
+@pytest.mark.cuda_graph
 def test_compile_reduce_overhead_replays_fresh_inputs(gq_ops, rng):
     packed = random_packed("Q4_0", (512,), 2048, rng)
     moe = random_packed("MXFP4", (16, 64), 2048, rng)

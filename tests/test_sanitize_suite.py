@@ -61,3 +61,33 @@ def test_out_of_memory_returns_are_told_apart_from_invalid_accesses():
     bad = log.replace(OOM, OOM + "========= Invalid __shared__ write of size 4 bytes\n").replace("1 error", "2 errors")
     assert not sanitize_suite.clean(sanitize_suite.summary(bad))
     assert not sanitize_suite.clean(sanitize_suite.summary(log.replace("1 error", "3 errors")))
+
+
+# The head of a shard's log from the H200 (session 32): 60 tests passed, then memcheck's report of an
+# invalid read continued pytest's progress line, and the process died without pytest's summary
+CRASHED = """========= COMPUTE-SANITIZER
+............................................................========= Invalid __global__ read of size 16 bytes
+=========     at void gq::gemv_mma_kernel<(int)39, (int)2, __nv_bfloat16>(gq::GemvArgs)+0x22a0
+=========     by thread (7,0,0) in block (0,62,0)
+=========     Access to 0x7fbf1dcb7d60 is out of bounds
+=========     and is inside the nearest allocation at 0x7fbf1dc2ee00 of size 561,000 bytes
+========= Error: process didn't terminate successfully
+========= Target application returned an error
+========= ERROR SUMMARY: 5 errors
+"""
+
+
+def test_a_crashed_shard_counts_the_tests_before_the_report():
+    s = sanitize_suite.summary(CRASHED)
+    assert (s["passed"], s["failed"], s["memcheck_errors"], s["printed"]) == (60, 0, 5, 1)
+    assert not sanitize_suite.clean(s)
+
+
+def test_graph_tests_get_a_shard_of_their_own():
+    ids = [f"t.py::test_{i}" for i in range(7)]
+    graphs = {"t.py::test_2", "t.py::test_5", "other.py::test_x"}  # one not collected this time
+    shards = sanitize_suite.deal(ids, graphs, 3)
+    assert shards == [["t.py::test_0", "t.py::test_4"], ["t.py::test_1", "t.py::test_6"], ["t.py::test_3"],
+                      ["t.py::test_2", "t.py::test_5"]]
+    # more shards than tests: none empty; no graph test: no graph shard
+    assert sanitize_suite.deal(ids[:2], set(), 4) == [["t.py::test_0"], ["t.py::test_1"]]

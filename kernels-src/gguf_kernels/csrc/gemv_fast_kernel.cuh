@@ -6,33 +6,23 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "cp_async.cuh"
 #include "gemv_fast.cuh"
 #include "launch.h"
 
 namespace gq {
 namespace fast {
 
-__device__ __forceinline__ void cp16(void* smem, const void* gmem) {
-  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-// n (0..16) bytes from gmem, the rest of the 16 zero-filled
-__device__ __forceinline__ void cp16z(void* smem, const void* gmem, int n) {
-  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
 // The 16-byte piece at row + off of a ragged row, holding n bytes of the row (any n): whole, zero-filled
 // past them, or all zeros, reading nothing (`row`, inside the row, then stands in for the source)
 __device__ __forceinline__ void cp16_part(void* smem, const uint8_t* row, int off, int n) {
-  if (n >= 16) cp16(smem, row + off);
-  else cp16z(smem, row + (n > 0 ? off : 0), max(n, 0));
+  if (n >= 16) cp_async16(smem, row + off);
+  else cp_async16z(smem, row + (n > 0 ? off : 0), max(n, 0));
 }
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void wait_n() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 __device__ __forceinline__ void wait_stages(int S) {  // S - 2 groups may stay in flight
-  if (S >= 4) wait_n<2>();
-  else if (S == 3) wait_n<1>();
-  else wait_n<0>();
+  if (S >= 4) cp_async_wait<2>();
+  else if (S == 3) cp_async_wait<1>();
+  else cp_async_wait<0>();
 }
 // Thread block clusters (gemv_stream_kernel's K split, KS): this CTA's rank, its cluster and the
 // clusters of the grid (1-D), a barrier over the cluster's threads, a store into rank 0's shared memory.
@@ -182,7 +172,7 @@ __global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
       const int P = L::MIS ? (int)(((ch * UCB) & 15) + UCB + 15) / 16 : UCB / 16;  // 16-byte pieces
       const uint8_t* src = wsrc + off;
       uint8_t* dst = buf + stage * STAGE + crow * RS;
-      for (int pc = chalf; pc < P; pc += 2) cp16(dst + 16 * pc, src + 16 * pc);
+      for (int pc = chalf; pc < P; pc += 2) cp_async16(dst + 16 * pc, src + 16 * pc);
     }
   };
   auto issue_x = [&](int i, int stage) {
@@ -190,16 +180,16 @@ __global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
       const int64_t ch = warp + (int64_t)i * W;
       uint8_t* dst = buf + stage * STAGE + SW;
       const uint8_t* sb = a.xb + ch * SBB;
-      for (int p = lane; p < SBB / 16; p += 32) cp16(dst + 16 * p, sb + 16 * p);
+      for (int p = lane; p < SBB / 16; p += 32) cp_async16(dst + 16 * p, sb + 16 * p);
       const uint8_t* ss = a.xs + ch * SSB;
-      for (int p = lane; p < SSB / 16; p += 32) cp16(dst + SBB + 16 * p, ss + 16 * p);
+      for (int p = lane; p < SSB / 16; p += 32) cp_async16(dst + SBB + 16 * p, ss + 16 * p);
     }
   };
 
   // Weights for the first stages do not depend on the prep kernel: ask for them before waiting.
-  for (int s = 0; s < S - 1; ++s) { issue_w(s, s); commit(); }
+  for (int s = 0; s < S - 1; ++s) { issue_w(s, s); cp_async_commit(); }
   grid_dep_wait();
-  for (int s = 0; s < S - 1; ++s) { issue_x(s, s); commit(); }
+  for (int s = 0; s < S - 1; ++s) { issue_x(s, s); cp_async_commit(); }
 
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   // Lanes whose token (g >= M) or token pair (c >= TP2) does not exist read token 0's records: their
@@ -215,7 +205,7 @@ __global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
       const int prev = cur == 0 ? S - 1 : cur - 1;
       issue_w(i + S - 1, prev);
       issue_x(i + S - 1, prev);
-      commit();
+      cp_async_commit();
     }
     const uint8_t* st = buf + cur * STAGE;
     int mis = 0;
@@ -259,7 +249,7 @@ __global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
     __syncwarp();
     cur = cur + 1 == S ? 0 : cur + 1;
   }
-  wait_n<0>();
+  cp_async_wait<0>();
 
   if (W > 1) {
     __syncthreads();

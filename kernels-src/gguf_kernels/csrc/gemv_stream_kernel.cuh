@@ -261,7 +261,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
 #pragma unroll
         for (int k = 0; k < (IB + 31) / 32; ++k) {
           const int pc = lane + 32 * k;
-          if (pc < IB) cp16(d + 16 * pc, s0 + 16 * pc);
+          if (pc < IB) cp_async16(d + 16 * pc, s0 + 16 * pc);
         }
       } else if constexpr (MT == 1) {  // the measured M = 1 form (NOTES.md v7): two cp.async per piece, no row index
         const uint8_t* s1 = s0 + (FLAT ? 8 * L::CB : ilast > 0 ? a.row_bytes : 0);  // FLAT: items 8.. of the stage
@@ -269,8 +269,8 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
         for (int k = 0; k < (NPF + 31) / 32; ++k) {
           const int pc = lane + 32 * k;
           if (pc < nP) {
-            cp16(d + 16 * pc, s0 + 16 * pc);
-            cp16(d + RS + 16 * pc, s1 + 16 * pc);
+            cp_async16(d + 16 * pc, s0 + 16 * pc);
+            cp_async16(d + RS + 16 * pc, s1 + 16 * pc);
           }
         }
       } else if constexpr (ONE) {  // the M = 1 form's copies over 4 rows: every row a contiguous run
@@ -282,7 +282,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
           const int pc = lane + 32 * k;
           if (pc < nP) {
 #pragma unroll
-            for (int r = 0; r < 4; ++r) cp16(d + r * RS + 16 * pc, sr[r] + 16 * pc);
+            for (int r = 0; r < 4; ++r) cp_async16(d + r * RS + 16 * pc, sr[r] + 16 * pc);
           }
         }
       } else if constexpr (MT == 2) {  // 8 lanes a row (its pointer set once a unit), lane h of them pieces
@@ -293,12 +293,12 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
         uint8_t* dst = d + (lane >> 3) * RS + 16 * h;
 #pragma unroll
         for (int k = 0; k < (NPF + 7) / 8; ++k)
-          if (h + 8 * k < nP) cp16(dst + 128 * k, src + 128 * k);
+          if (h + 8 * k < nP) cp_async16(dst + 128 * k, src + 128 * k);
       } else {
 #pragma unroll
         for (int k = 0; k < (RPU * NPF + 31) / 32; ++k) {
           const int q = lane + 32 * k, r = q / NPF, pc = q - r * NPF;
-          if (r < RPU && pc < nP) cp16(d + r * RS + 16 * pc, s0 + (int64_t)min(r, ilast) * a.row_bytes + 16 * pc);
+          if (r < RPU && pc < nP) cp_async16(d + r * RS + 16 * pc, s0 + (int64_t)min(r, ilast) * a.row_bytes + 16 * pc);
         }
       }
       if (++is == nst) { is = 0; ip += split ? 1 : ustep; }
@@ -358,7 +358,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     }
     __syncthreads();
   }
-  for (int s = 0; s < S - 1; ++s) { issue(s); commit(); }
+  for (int s = 0; s < S - 1; ++s) { issue(s); cp_async_commit(); }
   if constexpr (MT == 8) {
     // 8 tokens' records, about 5 groups a thread at 7 warps: each group's x asked for an iteration
     // ahead (M = 8 4096 -> 14336: -2..-3%, NOTES.md v13)
@@ -458,7 +458,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
     wait_stages(S);
     __syncwarp();
     issue(cur == 0 ? S - 1 : cur - 1);
-    commit();
+    cp_async_commit();
     const int c0 = CPS * s;
     // lanes whose chunk is past K (a short last stage) decode the stage's first chunk: their
     // products are not kept
@@ -683,7 +683,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
       store_unit();
     }
   }
-  wait_n<0>();
+  cp_async_wait<0>();
 }
 }  // namespace fast
 }  // namespace gq

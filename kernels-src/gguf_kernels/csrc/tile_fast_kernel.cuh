@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(32 * TF_WARPS, 2) tile_fast_kernel(const FastA
     uint8_t* dst = smem + (ch % S) * STAGE + cr * RS;
     const uint8_t* src = wrow + (int64_t)ch * L::CB;
 #pragma unroll
-    for (int pc = cj; pc < L::CB / 16; pc += 2) cp16(dst + 16 * pc, src + 16 * pc);
+    for (int pc = cj; pc < L::CB / 16; pc += 2) cp_async16(dst + 16 * pc, src + 16 * pc);
   };
   // Chunk ch's records of the tile's M0 tokens (Prep<T>'s layout: [group][M][BREC], then per group GR
   // bytes of {sigma, -beta} pairs, with the pad token of an odd M, and S). Tokens past M0 are left as
@@ -71,24 +71,24 @@ __global__ void __launch_bounds__(32 * TF_WARPS, 2) tile_fast_kernel(const FastA
     const int q0 = ch * GPC;
     for (int i = tid; i < GPC * QB; i += NTH) {
       const int q = i / QB, pc = i - q * QB;
-      if (pc < PB) cp16(dst + q * TT * BREC + 16 * pc, a.xb + ((int64_t)(q0 + q) * M + m0) * BREC + 16 * pc);
+      if (pc < PB) cp_async16(dst + q * TT * BREC + 16 * pc, a.xb + ((int64_t)(q0 + q) * M + m0) * BREC + 16 * pc);
     }
     for (int i = tid; i < GPC * QS; i += NTH) {
       const int q = i / QS, pc = i - q * QS;
       const uint8_t* src = a.xs + (int64_t)(q0 + q) * GR;
       uint8_t* d = dst + BB + q * TT * SBREC;
       if (pc < TT / 2) {
-        if (pc < PS) cp16(d + 16 * pc, src + 8 * m0 + 16 * pc);
+        if (pc < PS) cp_async16(d + 16 * pc, src + 8 * m0 + 16 * pc);
       } else if (pc - TT / 2 < PM) {
-        cp16(d + TT * 8 + 16 * (pc - TT / 2), src + 16 * ((M + 1) / 2) + 4 * m0 + 16 * (pc - TT / 2));
+        cp_async16(d + TT * 8 + 16 * (pc - TT / 2), src + 16 * ((M + 1) / 2) + 4 * m0 + 16 * (pc - TT / 2));
       }
     }
   };
 
   // The weights do not depend on the prep kernel: ask for the first stages' before waiting on it.
-  for (int s = 0; s < S - 1; ++s) { issue_w(c0 + s); commit(); }
+  for (int s = 0; s < S - 1; ++s) { issue_w(c0 + s); cp_async_commit(); }
   grid_dep_wait();
-  for (int s = 0; s < S - 1; ++s) { issue_x(c0 + s); commit(); }
+  for (int s = 0; s < S - 1; ++s) { issue_x(c0 + s); cp_async_commit(); }
 
   float acc[NT][4];
 #pragma unroll
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(32 * TF_WARPS, 2) tile_fast_kernel(const FastA
     __syncthreads();  // and every warp is done with chunk ch - 1, whose stage the next issue refills
     issue_w(ch + S - 1);
     issue_x(ch + S - 1);
-    commit();
+    cp_async_commit();
     const uint8_t* st = smem + (ch % S) * STAGE;
     const uint8_t* rg = st + (16 * warp + g) * RS;
     const uint8_t* Bw = st + WB + g * BREC + c * 16;
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(32 * TF_WARPS, 2) tile_fast_kernel(const FastA
       }
     });
   }
-  wait_n<0>();
+  cp_async_wait<0>();
 
   // D fragment of token group t: (row g, token 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1).
 #pragma unroll

@@ -88,6 +88,8 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs
   }
 
   const uint8_t* wbase = a.w + expert * a.expert_bytes;
+  const uintptr_t wend = reinterpret_cast<uintptr_t>(wbase + (int64_t)N * a.row_bytes);
+  const bool tail = tail_of(n0 + rows - 1, N, wend);
   const XT* xb = reinterpret_cast<const XT*>(a.x);
   const int nunits = (K + 63) >> 6;
   // This split's chunks of K: [c0, c1).
@@ -114,9 +116,15 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs
           uint8_t* ws = wbuf + (ch % S) * wstage + (cr + RPP * i) * ROWBUF;
           const uintptr_t s = reinterpret_cast<uintptr_t>(wrow + i * wpass + (int64_t)ch * CB);
           const int np = rounded_pieces(s, bytes);
+          if (tail && ch == nchunks - 1) {
 #pragma unroll
-          for (int pc = cp; pc < PMAX; pc += TPR)
-            if (pc < np) cp_async_piece(ws, s, pc);
+            for (int pc = cp; pc < PMAX; pc += TPR)
+              if (pc < np) cp_async_piece<true>(ws, s, pc, wend);
+          } else {
+#pragma unroll
+            for (int pc = cp; pc < PMAX; pc += TPR)
+              if (pc < np) cp_async_piece<false>(ws, s, pc, wend);
+          }
         }
       }
       uint8_t* xs = xbuf + (ch % S) * TT * XPITCH + xp * 16;
