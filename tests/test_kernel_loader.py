@@ -301,6 +301,61 @@ def test_cuda_decoders_match_gguf_py_bit_for_bit(host_decoders, name):
         np.testing.assert_array_equal(out, ref)
 
 
+# A child decodes rows placed so that they end where an inaccessible page begins: a decoder reading past
+# the last block dies of SIGSEGV (the GPU's dequantize and get_rows read blocks in place in global memory,
+# where such a read goes past the tensor). `short` bytes of the rows are left out, under the guard, to
+# show that the guard does catch a read of the rows' own last bytes.
+_GUARDED_DECODE = """
+import ctypes, mmap, sys
+import numpy as np
+lib = ctypes.CDLL(sys.argv[1])
+data = np.load(sys.argv[2])
+t, rows, rb, k, short = map(int, sys.argv[3:8])
+page, n = mmap.PAGESIZE, data.nbytes
+npg = -(-n // page)
+buf = mmap.mmap(-1, (npg + 1) * page)
+base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+libc = ctypes.CDLL(None)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+assert libc.mprotect(base + npg * page, page, 0) == 0
+start = base + npg * page - n + short
+ctypes.memmove(start, data.ctypes.data, n - short)
+out = np.zeros((rows, k), np.float32)
+assert lib.decode_rows(t, ctypes.c_void_p(start), rows, rb, k, out.ctypes.data_as(ctypes.c_void_p)) == 0
+np.save(sys.argv[8], out)
+"""
+
+
+@pytest.mark.parametrize("name", _DECODER_TYPES)
+def test_cuda_decoders_read_nothing_past_the_rows(host_decoders, name, tmp_path):
+    import subprocess
+    import sys
+
+    import numpy as np
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    qt = GGMLQuantizationType[name]
+    bs, _ = GGML_QUANT_SIZES[qt]
+    cols = {256: 768, 64: 192}.get(bs, 96)  # 96: the last 64-element unit a half one
+    rows = 3
+    packed = np.ascontiguousarray(random_blocks(name, (rows,), cols, np.random.default_rng(), e8m0=(110, 140),
+                                                ue4m3=(0, 256)))
+    np.save(tmp_path / "rows.npy", packed)
+
+    def run(short: int) -> subprocess.CompletedProcess:
+        args = [host_decoders._name, tmp_path / "rows.npy", int(qt), rows, packed.shape[1], cols, short,
+                tmp_path / "out.npy"]
+        return subprocess.run([sys.executable, "-c", _GUARDED_DECODE, *map(str, args)], capture_output=True,
+                              text=True, timeout=120)
+
+    r = run(0)
+    assert r.returncode == 0, f"{name}: decoding rows that end at a guard page: exit {r.returncode} {r.stderr[-500:]}"
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"),
+                                  dequantize(packed, qt).reshape(rows, cols).astype(np.float32))
+    assert run(1).returncode == -11  # the rows' last byte under the guard: the read of it is caught
+
+
 def test_iq_grid_header_is_gguf_pys_tables():
     """csrc/iq_grids.h is what tools/gen_iq_grids.py writes from the installed gguf-py."""
     import importlib.util
