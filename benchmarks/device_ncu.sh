@@ -1,0 +1,27 @@
+#!/bin/bash
+# On the GPU machine, from the repository root: what a kernel waits on, per case, in one call. Builds this
+# tree's kernels, then for each case runs benchmarks/profile_case.py under ncu (the one profiled launch,
+# kernels matching REGEX) and prints its launch figures (grid, registers, occupancy, cycles a warp waits
+# per issued instruction) and benchmarks/ncu_source_mix.py's instruction mix and stall reasons.
+#   bash benchmarks/device_ncu.sh REGEX CASE [CASE ...]      (needs .whl/ carried)
+#   e.g. bash benchmarks/device_ncu.sh gemv_stream moe:Q4_K:768:2048:128:8:1:pair moe:MXFP4:2880:2880:32:4:1
+# CASE as profile_case.py takes it (dense:TYPE:K:N:M, moe:TYPE:K:N:E:top_k:T[:pair]); env NCU_ENV="VAR=v ..."
+# is set for every case (a knob's other value). Reports stay in /tmp/ncu (too many files for $OUT).
+set -o pipefail
+[ $# -ge 2 ] || { sed -n 2,9p "$0"; exit 2; }
+source benchmarks/device_setup.sh
+NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
+build_kernels /tmp/ka || exit 1
+export GGUF_QUANT_KERNELS=/tmp/ka
+REGEX=$1; shift
+mkdir -p /tmp/ncu
+for c in "$@"; do
+  rep=/tmp/ncu/${c//[^A-Za-z0-9_]/_}
+  echo "## $c ${NCU_ENV}"
+  env ${NCU_ENV} "$NCU" --profile-from-start off -k "regex:$REGEX" --section LaunchStats --section Occupancy \
+    --section WarpStateStats --section SourceCounters -f -o "$rep" python3 benchmarks/profile_case.py "$c" \
+    > "$rep.log" 2>&1 || { tail -8 "$rep.log"; continue; }
+  "$NCU" -i "$rep.ncu-rep" --page details | grep -E "^  [a-z_:]+|Duration|Grid Size|Block Size|Registers Per|Waves Per SM|Theoretical Occupancy|Achieved Occupancy|Warp Cycles Per Issued|Dynamic Shared"
+  "$NCU" -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" && python3 benchmarks/ncu_source_mix.py "$rep.csv"
+done
+el "ncu done"
