@@ -5,8 +5,9 @@
 # per issued instruction) and benchmarks/ncu_source_mix.py's instruction mix and stall reasons.
 #   bash benchmarks/device_ncu.sh REGEX CASE [CASE ...]      (needs .whl/ carried)
 #   e.g. bash benchmarks/device_ncu.sh gemv_stream moe:Q4_K:768:2048:128:8:1:pair moe:MXFP4:2880:2880:32:4:1
-# CASE as profile_case.py takes it (dense:TYPE:K:N:M, moe:TYPE:K:N:E:top_k:T[:pair]); env NCU_ENV="VAR=v ..."
-# is set for every case (a knob's other value). Reports stay in /tmp/ncu (too many files for $OUT).
+# CASE as profile_case.py takes it (dense:TYPE:K:N:M, moe:TYPE:K:N:E:top_k:T[:pair]). NCU_ENVS="A|B|..." runs
+# every case once under each setting, a setting being "VAR=v ..." or empty (a knob's values side by side,
+# one build), e.g. NCU_ENVS="|GGUF_KERNELS_FAST_BAR=0". Reports stay in /tmp/ncu (too many files for $OUT).
 set -o pipefail
 [ $# -ge 2 ] || { sed -n 2,9p "$0"; exit 2; }
 source benchmarks/device_setup.sh
@@ -15,13 +16,17 @@ build_kernels /tmp/ka || exit 1
 export GGUF_QUANT_KERNELS=/tmp/ka
 REGEX=$1; shift
 mkdir -p /tmp/ncu
-for c in "$@"; do
-  rep=/tmp/ncu/${c//[^A-Za-z0-9_]/_}
-  echo "## $c ${NCU_ENV}"
-  env ${NCU_ENV} "$NCU" --profile-from-start off -k "regex:$REGEX" --section LaunchStats --section Occupancy \
-    --section WarpStateStats --section SourceCounters -f -o "$rep" python3 benchmarks/profile_case.py "$c" \
-    > "$rep.log" 2>&1 || { tail -8 "$rep.log"; continue; }
-  "$NCU" -i "$rep.ncu-rep" --page details | grep -E "^  [a-z_:]+|Duration|Grid Size|Block Size|Registers Per|Waves Per SM|Theoretical Occupancy|Achieved Occupancy|Warp Cycles Per Issued|Dynamic Shared"
-  "$NCU" -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" && python3 benchmarks/ncu_source_mix.py "$rep.csv"
+IFS='|' read -r -a SETTINGS <<< "${NCU_ENVS:-}"
+[ ${#SETTINGS[@]} -gt 0 ] || SETTINGS=("")
+for e in "${SETTINGS[@]}"; do
+  for c in "$@"; do
+    rep=/tmp/ncu/${c//[^A-Za-z0-9_]/_}${e//[^A-Za-z0-9_]/_}
+    echo "## $c ${e}"
+    env ${e} "$NCU" --profile-from-start off -k "regex:$REGEX" --section LaunchStats --section Occupancy \
+      --section WarpStateStats --section SourceCounters -f -o "$rep" python3 benchmarks/profile_case.py "$c" \
+      > "$rep.log" 2>&1 || { tail -8 "$rep.log"; continue; }
+    "$NCU" -i "$rep.ncu-rep" --page details | grep -E "^  [a-z_:]+|Duration|Grid Size|Block Size|Registers Per|Waves Per SM|Theoretical Occupancy|Achieved Occupancy|Warp Cycles Per Issued|Dynamic Shared"
+    "$NCU" -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" && python3 benchmarks/ncu_source_mix.py "$rep.csv"
+  done
 done
 el "ncu done"
