@@ -14,6 +14,7 @@ finished. Exit status 0 only when every shard finished with no failure and every
 printed and was such a return (none is an invalid access).
 """
 import argparse
+import collections
 import os
 import re
 import subprocess
@@ -31,13 +32,16 @@ def collect(files: list[str]) -> list[str]:
     return [line for line in r.stdout.splitlines() if "::" in line]
 
 
+# the first line of each error memcheck prints (the lines under it are indented further)
+HEAD = (r"========= ((?:Invalid|Program hit|Out-of-range|Misaligned|Malloc|Leaked|Barrier|Race|Uninitialized|"
+        r"Unspecified)\b[^\n]*)")
+
+
 def summary(log: str) -> dict:
     """Counts from a shard's log: pytest's last line (or, cut off, its progress characters) and
     memcheck's error summaries (one a process it followed)."""
     errors = [int(m.group(1)) for m in re.finditer(r"ERROR SUMMARY: (\d+) error", log)]
-    # the first line of each error memcheck prints (the lines under it are indented further)
-    heads = re.findall(r"========= ((?:Invalid|Program hit|Out-of-range|Misaligned|Malloc|Leaked|Barrier|Race|"
-                       r"Uninitialized|Unspecified)\b[^\n]*)", log)
+    heads = re.findall(HEAD, log)
     oom = sum("cudaErrorMemoryAllocation" in h for h in heads)
     out = {"memcheck_errors": sum(errors), "memcheck_reports": len(errors), "printed": len(heads), "oom": oom}
     last = re.findall(r"^(\d+ (?:passed|failed|skipped|error).*) in [\d.]+s", log, re.M)
@@ -51,6 +55,17 @@ def summary(log: str) -> dict:
         out.update(passed=progress.count("."), skipped=progress.count("s"),
                    failed=progress.count("F") + progress.count("E"))
     return out
+
+
+def digest(log: str) -> list[str]:
+    """What went wrong in a shard, a line each: memcheck's errors other than out-of-memory returns (the
+    first line, and the function of an invalid access; addresses masked, so that shards' lines
+    compare), then the tests pytest reports failed."""
+    lines = []
+    for m in re.finditer(HEAD + r"(?:\n=========\s+at ([^\n]*))?", log):
+        if "cudaErrorMemoryAllocation" not in m.group(1):
+            lines.append(re.sub(r"0x[0-9a-f]+", "0x.", m.group(1) + (f" at {m.group(2)}" if m.group(2) else "")))
+    return lines + [f"FAILED {t}" for t in re.findall(r"^FAILED (\S+)", log, re.M)]
 
 
 def deal(ids: list[str], graphs: set[str], n: int) -> list[list[str]]:
@@ -110,8 +125,9 @@ def main() -> int:
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     ok = True
     total = {"passed": 0, "failed": 0, "skipped": 0, "memcheck_errors": 0, "oom": 0}
+    logs = [open(os.path.join(args.logs, f"shard{i}.log")).read() for i in range(len(shards))]
     for i, shard in enumerate(shards):
-        s = summary(open(os.path.join(args.logs, f"shard{i}.log")).read())
+        s = summary(logs[i])
         done = i not in timed_out and s["memcheck_reports"] > 0
         ok &= done and clean(s)
         for key in total:
@@ -121,6 +137,12 @@ def main() -> int:
               f"{s['oom']} | {'yes' if done else 'no (timeout)' if i in timed_out else 'no'} |")
     print(f"| all | {len(ids)} | {total['passed']} | {total['failed']} | {total['skipped']} | "
           f"{total['memcheck_errors']} | {total['oom']} | {len(shards) - len(timed_out)} of {len(shards)} |")
+    # what the logs said, so that one call shows the error and not only its count
+    said = collections.Counter(line for log in logs for line in digest(log))
+    if said:
+        print(f"\n{len(said)} distinct lines of what went wrong (logs: {args.logs}); times printed, line:")
+        for line, n in said.most_common(20):
+            print(f"{n:4d}  {line[:240]}")
     return 0 if ok else 1
 
 

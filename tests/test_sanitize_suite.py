@@ -91,3 +91,13 @@ def test_graph_tests_get_a_shard_of_their_own():
                       ["t.py::test_2", "t.py::test_5"]]
     # more shards than tests: none empty; no graph test: no graph shard
     assert sanitize_suite.deal(ids[:2], set(), 4) == [["t.py::test_0"], ["t.py::test_1"]]
+
+
+def test_the_digest_names_each_invalid_access_and_failed_test_but_no_out_of_memory_return():
+    log = CRASHED.replace("========= Error:", OOM + "========= Error:") + (
+        "FAILED tests/test_kernels.py::test_matmul_split_k[MXFP4-17] - RuntimeError: Offset increment\n")
+    assert sanitize_suite.digest(log) == [
+        "Invalid __global__ read of size 16 bytes at void gq::gemv_mma_kernel<(int)39, (int)2, __nv_bfloat16>"
+        "(gq::GemvArgs)+0x.",
+        "FAILED tests/test_kernels.py::test_matmul_split_k[MXFP4-17]"]
+    assert sanitize_suite.digest(CLEAN) == []
