@@ -126,8 +126,12 @@ def main() -> int:
     ok = True
     total = {"passed": 0, "failed": 0, "skipped": 0, "memcheck_errors": 0, "oom": 0}
     logs = [open(os.path.join(args.logs, f"shard{i}.log")).read() for i in range(len(shards))]
+    running = []  # the test each cut-off shard was in (pytest runs the ids in the order given)
     for i, shard in enumerate(shards):
         s = summary(logs[i])
+        ran = s["passed"] + s["failed"] + s["skipped"]
+        if i in timed_out and ran < len(shard):
+            running.append(f"shard {i} was cut off in {shard[ran]}")
         done = i not in timed_out and s["memcheck_reports"] > 0
         ok &= done and clean(s)
         for key in total:
@@ -137,6 +141,8 @@ def main() -> int:
               f"{s['oom']} | {'yes' if done else 'no (timeout)' if i in timed_out else 'no'} |")
     print(f"| all | {len(ids)} | {total['passed']} | {total['failed']} | {total['skipped']} | "
           f"{total['memcheck_errors']} | {total['oom']} | {len(shards) - len(timed_out)} of {len(shards)} |")
+    if running:
+        print("\n" + "\n".join(running))
     # what the logs said, so that one call shows the error and not only its count
     said = collections.Counter(line for log in logs for line in digest(log))
     if said:
