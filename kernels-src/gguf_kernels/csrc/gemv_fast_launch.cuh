@@ -749,9 +749,9 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     }
     if constexpr (T == MXFP4) {
       if (rflat) {
-        const cudaError_t e = xt == DType::BF16
-                                  ? launch_stream<T, __nv_bfloat16, true, 1, true, true>(a, P * (N / flat_rows(rn)), fixed, stream)
-                                  : launch_stream<T, __half, true, 1, true, true>(a, P * (N / flat_rows(rn)), fixed, stream);
+        const int units = P * (N / flat_rows(rn));
+        const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, true, true>(a, units, fixed, stream)
+                                                : launch_stream<T, __half, true, 1, true, true>(a, units, fixed, stream);
         if (e != cudaErrorNotSupported) return e;
       }
     }

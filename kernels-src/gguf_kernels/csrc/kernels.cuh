@@ -219,11 +219,11 @@ __global__ void __launch_bounds__(256) gemv_kernel(const GemvArgs a) {
       for (int r = 0; r < R; ++r) {
         const uintptr_t s = reinterpret_cast<uintptr_t>(rowp[r] + (int64_t)it * CB);
         const int pieces = rounded_pieces(s, (uint32_t)bytes);
-        if (tail && it == niters - 1) {
-          for (int pc = lane; pc < pieces; pc += 32) cp_async_piece<true>(smem[warp][stage][r], s, pc, wend);
-        } else {
-          for (int pc = lane; pc < pieces; pc += 32) cp_async_piece<false>(smem[warp][stage][r], s, pc, wend);
-        }
+        const auto copy = [&](auto tc) {  // TAIL once a chunk, uniform over the CTA
+          for (int pc = lane; pc < pieces; pc += 32) cp_async_piece<tc>(smem[warp][stage][r], s, pc, wend);
+        };
+        if (tail && it == niters - 1) copy(std::true_type{});
+        else copy(std::false_type{});
       }
     }
     cp_async_commit();
@@ -552,14 +552,14 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs a) {
       const int64_t ch = warp + (int64_t)i * W;
       const uint32_t bytes = (uint32_t)min((int64_t)CB, a.row_bytes - ch * CB);
       uint8_t* sb = buf + (i % S) * 16 * ROWBUF;
-      auto copy = [&](auto tc) {
+      const auto copy = [&](auto tc) {  // TAIL once a chunk, uniform over the CTA
 #pragma unroll
         for (int j = 0; j < NSLOT; ++j) {
           const int idx = lane + 32 * j;
           const int r = idx / PMAX, pc = idx - r * PMAX;
           if (r < 16) {
             const uintptr_t s = reinterpret_cast<uintptr_t>(wbase + ch * CB) + (uintptr_t)((int64_t)min(n0 + r, N - 1) * (int64_t)rb32);
-            if (pc < rounded_pieces(s, bytes)) cp_async_piece<decltype(tc)::value>(sb + r * ROWBUF, s, pc, wend);
+            if (pc < rounded_pieces(s, bytes)) cp_async_piece<tc>(sb + r * ROWBUF, s, pc, wend);
           }
         }
       };

@@ -116,15 +116,13 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs
           uint8_t* ws = wbuf + (ch % S) * wstage + (cr + RPP * i) * ROWBUF;
           const uintptr_t s = reinterpret_cast<uintptr_t>(wrow + i * wpass + (int64_t)ch * CB);
           const int np = rounded_pieces(s, bytes);
-          if (tail && ch == nchunks - 1) {
+          const auto copy = [&](auto tc) {  // TAIL once a chunk, uniform over the CTA
 #pragma unroll
             for (int pc = cp; pc < PMAX; pc += TPR)
-              if (pc < np) cp_async_piece<true>(ws, s, pc, wend);
-          } else {
-#pragma unroll
-            for (int pc = cp; pc < PMAX; pc += TPR)
-              if (pc < np) cp_async_piece<false>(ws, s, pc, wend);
-          }
+              if (pc < np) cp_async_piece<tc>(ws, s, pc, wend);
+          };
+          if (tail && ch == nchunks - 1) copy(std::true_type{});
+          else copy(std::false_type{});
         }
       }
       uint8_t* xs = xbuf + (ch % S) * TT * XPITCH + xp * 16;
