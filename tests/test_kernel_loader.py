@@ -278,22 +278,30 @@ def host_decoders(tmp_path_factory):
     return ctypes.CDLL(str(lib))
 
 
+def _rows_and_reference(name: str, rows: int, cols: int, rng):
+    """Random packed rows of a type (finite for the scaled IQ types) and gguf-py's fp32 dequantization."""
+    import numpy as np
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    packed = np.ascontiguousarray(random_blocks(name, (rows,), cols, rng, e8m0=(110, 140), ue4m3=(0, 256)))
+    return packed, dequantize(packed, GGMLQuantizationType[name]).reshape(rows, cols).astype(np.float32)
+
+
 @pytest.mark.parametrize("name", _DECODER_TYPES)
 def test_cuda_decoders_match_gguf_py_bit_for_bit(host_decoders, name):
     import ctypes
 
     import numpy as np
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-    from gguf.quants import dequantize
-
+    
     qt = GGMLQuantizationType[name]
     bs, _ = GGML_QUANT_SIZES[qt]
     rng = np.random.default_rng()
     for cols in {256: [256, 768], 64: [64, 192, 2880]}.get(bs, [32, 96, 2880]):  # 96: a half 64-element unit
         rows = 64
-        packed = np.ascontiguousarray(random_blocks(name, (rows,), cols, rng, e8m0=(110, 140), ue4m3=(0, 256)))
-        assert name not in _SCALED or np.isfinite(dequantize(packed, qt)).all()
-        ref = dequantize(packed, qt).reshape(rows, cols).astype(np.float32)
+        packed, ref = _rows_and_reference(name, rows, cols, rng)
+        assert name not in _SCALED or np.isfinite(ref).all()
         out = np.full((rows, cols), np.nan, np.float32)
         rc = host_decoders.decode_rows(int(qt), packed.ctypes.data_as(ctypes.c_void_p), rows, packed.shape[1], cols,
                                        out.ctypes.data_as(ctypes.c_void_p))
@@ -333,14 +341,12 @@ def test_cuda_decoders_read_nothing_past_the_rows(host_decoders, name, tmp_path)
 
     import numpy as np
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-    from gguf.quants import dequantize
-
+    
     qt = GGMLQuantizationType[name]
     bs, _ = GGML_QUANT_SIZES[qt]
     cols = {256: 768, 64: 192}.get(bs, 96)  # 96: the last 64-element unit a half one
     rows = 3
-    packed = np.ascontiguousarray(random_blocks(name, (rows,), cols, np.random.default_rng(), e8m0=(110, 140),
-                                                ue4m3=(0, 256)))
+    packed, ref = _rows_and_reference(name, rows, cols, np.random.default_rng())
     np.save(tmp_path / "rows.npy", packed)
 
     def run(short: int) -> subprocess.CompletedProcess:
@@ -351,8 +357,7 @@ def test_cuda_decoders_read_nothing_past_the_rows(host_decoders, name, tmp_path)
 
     r = run(0)
     assert r.returncode == 0, f"{name}: decoding rows that end at a guard page: exit {r.returncode} {r.stderr[-500:]}"
-    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"),
-                                  dequantize(packed, qt).reshape(rows, cols).astype(np.float32))
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), ref)
     assert run(1).returncode == -11  # the rows' last byte under the guard: the read of it is caught
 
 
