@@ -13,11 +13,25 @@
 namespace gq {
 namespace fast {
 
+// n (< 16) bytes from src, zeros after them: a piece a cp.async must not copy (cp16_part); out of line,
+// as it is rare, so that the stage loops keep their size
+__device__ __noinline__ void copy16_bytes(uint8_t* dst, const uint8_t* src, int n) {
+#pragma unroll 1
+  for (int i = 0; i < 16; ++i) dst[i] = i < n ? src[i] : 0;
+}
 // The 16-byte piece at row + off of a ragged row, holding n bytes of the row (any n): whole, zero-filled
-// past them, or all zeros, reading nothing (`row`, inside the row, then stands in for the source)
-__device__ __forceinline__ void cp16_part(void* smem, const uint8_t* row, int off, int n) {
-  if (n >= 16) cp_async16(smem, row + off);
-  else cp_async16z(smem, row + (n > 0 ? off : 0), max(n, 0));
+// past them, or all zeros, reading nothing (`row`, inside the row, then stands in for the source). A
+// partial piece running past `end`, the end of the weights (only the last row's, where they end off a
+// 16-byte boundary), is copied byte by byte and zero-filled: compute-sanitizer's memcheck counts a
+// zero-filling cp.async as a 16-byte read. Its bytes land before the barrier that publishes the stage.
+__device__ __forceinline__ void cp16_part(void* smem, const uint8_t* row, int off, int n, uintptr_t end) {
+  if (n >= 16) {
+    cp_async16(smem, row + off);
+  } else if (n <= 0 || reinterpret_cast<uintptr_t>(row + off) + 16 <= end) {
+    cp_async16z(smem, row + (n > 0 ? off : 0), max(n, 0));
+  } else {
+    copy16_bytes(static_cast<uint8_t*>(smem), row + off, n);
+  }
 }
 __device__ __forceinline__ void wait_stages(int S) {  // S - 2 groups may stay in flight
   if (S >= 4) cp_async_wait<2>();

@@ -137,6 +137,8 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
 
   const int hN = (N + RU - 1) / RU;
   int units = MOE ? a.P * hN : hN;  // EXP: set once the hit experts are known
+  // the weights' end (RAG: cp16_part copies a piece past it byte by byte)
+  const uintptr_t wend = reinterpret_cast<uintptr_t>(a.w) + (MOE ? a.n_experts * a.expert_bytes : N * a.row_bytes);
   // KS: the CTAs of a cluster read the same units, rank r the r-th of its equal slices of K (a.K is the
   // slice), and meet in rank 0's shared memory at the end (one unit a warp at most)
   const int rank = KS ? (int)cluster_reg_rank() : 0;
@@ -229,7 +231,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
         uint8_t* dj = d + (lane >> 1) * FSB + 16 * h;
 #pragma unroll
         for (int q = 0; q < (FSB / 16 + 1) / 2; ++q) {
-          if (2 * q + h < (m + IB + 15) >> 4) cp16_part(dj + 32 * q, p0, 16 * h + 32 * q, v - 32 * q);
+          if (2 * q + h < (m + IB + 15) >> 4) cp16_part(dj + 32 * q, p0, 16 * h + 32 * q, v - 32 * q, wend);
         }
       } else if constexpr (RAG && MT == 8) {  // as below, 16 rows in slot_row's order, a stage one chunk: lanes
                                        // 2j, 2j + 1 copy slot j's even and odd pieces, so each lane's row
@@ -241,7 +243,7 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
         uint8_t* dj = d + (lane >> 1) * RS + 16 * h;
 #pragma unroll
         for (int k = 0; k < (NPF + 1) / 2; ++k) {
-          if (2 * k + h < (m + L::CB + 15) >> 4) cp16_part(dj + 32 * k, p0, 16 * h + 32 * k, v - 32 * k);
+          if (2 * k + h < (m + L::CB + 15) >> 4) cp16_part(dj + 32 * k, p0, 16 * h + 32 * k, v - 32 * k, wend);
         }
       } else if constexpr (RAG) {  // each row from the 16-byte boundary below its stage, up to the row's end;
                                    // a missing second row reads the row before (N >= 2): same alignment as an odd row
@@ -254,8 +256,8 @@ __global__ void __maxnreg__(RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || M
         for (int k = 0; k < (NPF + 31) / 32; ++k) {
           const int pc = lane + 32 * k;
           const int v0 = m0 + nb - 16 * pc, v1 = m1 + nb - 16 * pc;  // bytes of the row in piece pc
-          if (pc < (m0 + nc * L::CB + 15) >> 4) cp16_part(d + 16 * pc, p0, 16 * pc, v0);
-          if (pc < (m1 + nc * L::CB + 15) >> 4) cp16_part(d + RS + 16 * pc, p1, 16 * pc, v1);
+          if (pc < (m0 + nc * L::CB + 15) >> 4) cp16_part(d + 16 * pc, p0, 16 * pc, v0, wend);
+          if (pc < (m1 + nc * L::CB + 15) >> 4) cp16_part(d + RS + 16 * pc, p1, 16 * pc, v1, wend);
         }
       } else if constexpr (FLAT && L::MIS) {  // one contiguous run (the other types: the M = 1 form's two)
 #pragma unroll
