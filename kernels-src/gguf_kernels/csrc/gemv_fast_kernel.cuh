@@ -15,7 +15,7 @@ namespace fast {
 
 // n (< 16) bytes from src, zeros after them: a piece a cp.async must not copy (cp16_part); out of line,
 // as it is rare, so that the stage loops keep their size
-__device__ __noinline__ void copy16_bytes(uint8_t* dst, const uint8_t* src, int n) {
+inline __device__ __noinline__ void copy16_bytes(uint8_t* dst, const uint8_t* src, int n) {
 #pragma unroll 1
   for (int i = 0; i < 16; ++i) dst[i] = i < n ? src[i] : 0;
 }
