@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 DEFAULT_FILES = ["tests/test_kernels.py", "tests/test_kernels_quantize_gpu.py"]
@@ -34,7 +35,10 @@ def collect(files: list[str]) -> list[str]:
 
 # the first line of each error memcheck prints (the lines under it are indented further)
 HEAD = (r"========= ((?:Invalid|Program hit|Out-of-range|Misaligned|Malloc|Leaked|Barrier|Race|Uninitialized|"
-        r"Unspecified)\b[^\n]*)")
+        r"Unspecified|Internal Sanitizer Error)\b[^\n]*)")
+# an API call's out-of-memory return, or memcheck itself short of memory to follow a launch (session 33:
+# twelve shards, 217 of one shard's 265 errors)
+OOM = ("cudaErrorMemoryAllocation", "Unable to allocate enough memory")
 
 
 def summary(log: str) -> dict:
@@ -42,7 +46,7 @@ def summary(log: str) -> dict:
     memcheck's error summaries (one a process it followed)."""
     errors = [int(m.group(1)) for m in re.finditer(r"ERROR SUMMARY: (\d+) error", log)]
     heads = re.findall(HEAD, log)
-    oom = sum("cudaErrorMemoryAllocation" in h for h in heads)
+    oom = sum(any(o in h for o in OOM) for h in heads)
     out = {"memcheck_errors": sum(errors), "memcheck_reports": len(errors), "printed": len(heads), "oom": oom}
     last = re.findall(r"^(\d+ (?:passed|failed|skipped|error).*) in [\d.]+s", log, re.M)
     if last:
@@ -63,7 +67,7 @@ def digest(log: str) -> list[str]:
     compare), then the tests pytest reports failed."""
     lines = []
     for m in re.finditer(HEAD + r"(?:\n=========\s+at ([^\n]*))?", log):
-        if "cudaErrorMemoryAllocation" not in m.group(1):
+        if not any(o in m.group(1) for o in OOM):
             lines.append(re.sub(r"0x[0-9a-f]+", "0x.", m.group(1) + (f" at {m.group(2)}" if m.group(2) else "")))
     return lines + [f"FAILED {t}" for t in re.findall(r"^FAILED (\S+)", log, re.M)]
 
@@ -81,6 +85,17 @@ def clean(s: dict) -> bool:
     return s["failed"] == 0 and s["memcheck_errors"] == s["oom"] == s["printed"]
 
 
+def watch_memory(stop: threading.Event, peak: list[int]) -> None:
+    """The GPU's memory in use (MiB, nvidia-smi) every 5 s until `stop`: peak[0] the most, peak[1] the total,
+    so that a run's out-of-memory errors can be told from a starved memcheck."""
+    while not stop.wait(5.0):
+        r = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True)
+        if r.returncode == 0 and r.stdout.strip():
+            used, total = (int(v) for v in r.stdout.split("\n")[0].split(","))
+            peak[:] = [max(peak[0], used), total]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="*", default=DEFAULT_FILES)
@@ -95,6 +110,8 @@ def main() -> int:
     os.makedirs(args.logs, exist_ok=True)
     shards = deal(ids, graphs, args.shards)
     t0 = time.time()
+    stop, peak = threading.Event(), [0, 0]
+    threading.Thread(target=watch_memory, args=(stop, peak), daemon=True).start()
     # torch's caching allocator off: memcheck then sees every tensor as its own cudaMalloc, so a read past
     # one is caught even where the cache would have put another tensor behind it (session 32: an MXFP4
     # matrix of 561,000 bytes read to byte 561,008), and the shards no longer each keep their peak
@@ -119,8 +136,10 @@ def main() -> int:
             proc.wait()
             timed_out.append(i)
         log.close()
+    stop.set()
     print(f"{len(ids)} tests of {' '.join(args.files)} in {len(shards)} shards ({len(graphs)} capturing CUDA graphs, "
-          f"the caching allocator on: the last), {time.time() - t0:.0f} s\n")
+          f"the caching allocator on: the last), {time.time() - t0:.0f} s; GPU memory in use at most "
+          f"{peak[0] / 1024:.1f} of {peak[1] / 1024:.1f} GiB (nvidia-smi every 5 s)\n")
     print("| shard | tests | passed | failed | skipped | memcheck errors | of them out of memory | finished |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     ok = True
