@@ -3,8 +3,9 @@
     python benchmarks/sanitize_suite.py [--shards 6] [--timeout 450] [tests/test_kernels.py ...]
     python benchmarks/sanitize_suite.py --shards 8 -- tests/test_kernels.py -k MXFP4     (pytest's -k)
 
-Collects the suite's test ids, deals them round-robin over `--shards` processes, runs each shard as
-`compute-sanitizer --tool memcheck python -m pytest <ids>` with torch's caching allocator off, and
+Collects the suite's test ids, deals them round-robin over `--shards` shards, runs each shard as
+`compute-sanitizer --tool memcheck python -m pytest <ids>` processes of `--chunk` tests, one after
+another, with torch's caching allocator off, and
 prints one row per shard: the tests it passed, failed and skipped, memcheck's error count and how many
 of the errors it printed were out-of-memory returns of a CUDA API call (concurrent shards have run the
 H200 out of memory: sessions 29 and 30). The tests marked `cuda_graph` capture CUDA graphs, which cannot
@@ -42,7 +43,16 @@ OOM = ("cudaErrorMemoryAllocation", "Unable to allocate enough memory")
 
 
 def summary(log: str) -> dict:
-    """Counts from a shard's log: pytest's last line (or, cut off, its progress characters) and
+    """Counts from a shard's log, summed over its chunks (run_shard); `silent`: chunks with no error
+    summary from memcheck (a process that did not end as memcheck's target)."""
+    parts = [summary_part(p) for p in re.split(r"^### chunk \d+\n", log, flags=re.M)[1:]] or [summary_part(log)]
+    out = {k: sum(p[k] for p in parts) for k in parts[0]}
+    out["silent"] = sum(p["memcheck_reports"] == 0 for p in parts)
+    return out
+
+
+def summary_part(log: str) -> dict:
+    """Counts from one process's log: pytest's last line (or, cut off, its progress characters) and
     memcheck's error summaries (one a process it followed)."""
     errors = [int(m.group(1)) for m in re.finditer(r"ERROR SUMMARY: (\d+) error", log)]
     heads = re.findall(HEAD, log)
@@ -96,6 +106,27 @@ def watch_memory(stop: threading.Event, peak: list[int]) -> None:
             peak[:] = [max(peak[0], used), total]
 
 
+def run_shard(shard: list[str], chunk: int, env: dict, deadline: float, log_path: str) -> bool:
+    """A shard's tests under memcheck, `chunk` a process one after another, into one log (a line
+    `### chunk j` before each); False when `deadline` cut one off. Short processes, because memcheck's
+    memory on the GPU grew with each process's life (session 33: eight whole-shard processes filled the
+    H200's 140 GiB, failing 42 tests with no invalid access)."""
+    with open(log_path, "w") as log:
+        for j in range(0, len(shard), chunk):
+            log.write(f"### chunk {j // chunk}\n")
+            log.flush()
+            cmd = ["compute-sanitizer", "--tool", "memcheck", "--print-limit", "1000", sys.executable, "-m",
+                   "pytest", "-q", "-p", "no:cacheprovider", *shard[j:j + chunk]]
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+            try:
+                proc.wait(timeout=max(1.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+                return False
+    return True
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="*", default=DEFAULT_FILES)
@@ -103,6 +134,7 @@ def main() -> int:
     # session 29 (benchmarks/results/sanitize_h200.md)
     p.add_argument("--shards", type=int, default=6)
     p.add_argument("--timeout", type=float, default=450.0, help="seconds for every shard")
+    p.add_argument("--chunk", type=int, default=40, help="tests a memcheck process")
     p.add_argument("--logs", default=os.environ.get("OUT", "/tmp") + "/sanitize_suite")
     args = p.parse_args()
     ids = collect(args.files)
@@ -120,22 +152,19 @@ def main() -> int:
     # capture failed, and every later test of its process with it).
     plain = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
     cached = {k: v for k, v in os.environ.items() if k != "PYTORCH_NO_CUDA_MEMORY_CACHING"}
-    procs = []
-    for i, shard in enumerate(shards):
-        log = open(os.path.join(args.logs, f"shard{i}.log"), "w")
-        cmd = ["compute-sanitizer", "--tool", "memcheck", "--print-limit", "1000", sys.executable, "-m", "pytest",
-               "-q", "-p", "no:cacheprovider", *shard]
+    deadline = t0 + args.timeout
+    finished = [False] * len(shards)
+
+    def run(i: int, shard: list[str]) -> None:
         env = cached if shard[0] in graphs else plain
-        procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env), log))
-    timed_out = []
-    for i, (proc, log) in enumerate(procs):
-        try:
-            proc.wait(timeout=max(1.0, args.timeout - (time.time() - t0)))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-            timed_out.append(i)
-        log.close()
+        finished[i] = run_shard(shard, args.chunk, env, deadline, os.path.join(args.logs, f"shard{i}.log"))
+
+    threads = [threading.Thread(target=run, args=(i, shard)) for i, shard in enumerate(shards)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    timed_out = [i for i, f in enumerate(finished) if not f]
     stop.set()
     print(f"{len(ids)} tests of {' '.join(args.files)} in {len(shards)} shards ({len(graphs)} capturing CUDA graphs, "
           f"the caching allocator on: the last), {time.time() - t0:.0f} s; GPU memory in use at most "
@@ -151,7 +180,7 @@ def main() -> int:
         ran = s["passed"] + s["failed"] + s["skipped"]
         if i in timed_out and ran < len(shard):
             running.append(f"shard {i} was cut off in {shard[ran]}")
-        done = i not in timed_out and s["memcheck_reports"] > 0
+        done = i not in timed_out and s["silent"] == 0
         ok &= done and clean(s)
         for key in total:
             total[key] += s[key]
