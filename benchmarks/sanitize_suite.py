@@ -1,6 +1,6 @@
 """The GPU correctness suite under compute-sanitizer memcheck, in parallel shards (on the GPU machine).
 
-    python benchmarks/sanitize_suite.py [--shards 6] [--timeout 450] [tests/test_kernels.py ...]
+    python benchmarks/sanitize_suite.py [--shards 8] [--chunk 40] [--timeout 450] [tests/test_kernels.py ...]
     python benchmarks/sanitize_suite.py --shards 8 -- tests/test_kernels.py -k MXFP4     (pytest's -k)
 
 Collects the suite's test ids, deals them round-robin over `--shards` shards, runs each shard as
@@ -130,9 +130,9 @@ def run_shard(shard: list[str], chunk: int, env: dict, deadline: float, log_path
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="*", default=DEFAULT_FILES)
-    # 6: twelve memcheck processes (and the knob tests' child processes) ran the H200 out of memory in
-    # session 29 (benchmarks/results/sanitize_h200.md)
-    p.add_argument("--shards", type=int, default=6)
+    # 8 shards of 40-test processes: the whole suite in 203 s, 104 of the H200's 140 GiB at peak
+    # (session 33, benchmarks/results/sanitize_h200.md); whole-shard processes ran it out of memory
+    p.add_argument("--shards", type=int, default=8)
     p.add_argument("--timeout", type=float, default=450.0, help="seconds for every shard")
     p.add_argument("--chunk", type=int, default=40, help="tests a memcheck process")
     p.add_argument("--logs", default=os.environ.get("OUT", "/tmp") + "/sanitize_suite")
