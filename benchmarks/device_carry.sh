@@ -6,11 +6,18 @@
 # .dev/llama.tgz    llama.cpp from the llama-cpp-python sdist (SHARED_TOOLS/llamacpp-on-device.sh pack)
 # .dev/gen_gguf.py  the random-weight GGUF writer behind device_e2e.sh
 # .dev/base/        main's kernel sources, the B side of device_ab.sh
+# .dev/ggml/        libggml-base from the llama-cpp-python wheel the tests build (pip's cache: ~8 min the
+#                   first time), for test_kernel_matches_ggml on the GPU machine (GGUF_QUANT_GGML_LIB)
 set -e
 TOOLS=${1:-../shared/tools}
 mkdir -p .whl .dev
 python3 -m pip download -q --no-deps --only-binary=:all: -d .whl gguf==0.19.0 kernels==0.17.2 transformers==5.24.0
 [ -f .dev/llama.tgz ] || bash "$TOOLS/llamacpp-on-device.sh" pack .dev
 cp "$TOOLS/gen_gguf.py" .dev/gen_gguf.py
+if [ ! -f .dev/ggml/libggml-base.so ]; then
+  W=$(mktemp -d) && python3 -m pip wheel -q --no-deps -w "$W" llama-cpp-python==0.3.36 \
+    && mkdir -p .dev/ggml && unzip -q -j -o "$W"/llama_cpp_python-*.whl 'llama_cpp/lib/libggml-base.so' -d .dev/ggml
+  rm -rf "$W"
+fi
 rm -rf .dev/base && mkdir -p .dev/base && git archive main kernels-src/gguf_kernels | tar -x -C .dev/base
 du -sh .whl .dev

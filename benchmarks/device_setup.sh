@@ -5,6 +5,8 @@ T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "no wheels in .whl/: run benchmarks/device_carry.sh here and carry .whl"; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD/tests PYTHONUNBUFFERED=1 GGUF_QUANT_KERNELS_HUB=0 MAX_JOBS=${MAX_JOBS:-12}
+# libggml-base carried by device_carry.sh: the GPU quantizers checked against libggml directly
+[ -f .dev/ggml/libggml-base.so ] && export GGUF_QUANT_GGML_LIB=$PWD/.dev/ggml
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 # build_kernels OUTDIR [SRC] [JOBS]: our kernels (SRC: a kernels-src/gguf_kernels tree) into OUTDIR/build/
 build_kernels() {

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+import os
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,11 @@ __all__ = ["available", "ggml_quantize", "lib_dir"]
 
 
 def lib_dir() -> Path | None:
-    """The folder holding llama-cpp-python's shared libraries, or None when it is not installed."""
+    """The folder holding llama-cpp-python's shared libraries, or None when it is not installed.
+    GGUF_QUANT_GGML_LIB names such a folder outright: the GPU machine gets only libggml-base, taken from
+    the same llama-cpp-python build (benchmarks/device_carry.sh), not the whole package."""
+    if os.environ.get("GGUF_QUANT_GGML_LIB"):
+        return Path(os.environ["GGUF_QUANT_GGML_LIB"])
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or not spec.submodule_search_locations:
         return None

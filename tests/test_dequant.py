@@ -13,6 +13,7 @@ gguf = pytest.importorskip("gguf")
 
 from gguf import GGMLQuantizationType  # noqa: E402
 from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
+from ggml_ref import lib_dir  # noqa: E402
 
 from gguf_quant.ggml import GGML_TYPES, dequantize, ggml_type  # noqa: E402
 from gguf_quant.ggml.dequant import DEQUANTIZABLE_TYPES  # noqa: E402
@@ -154,13 +155,12 @@ def test_q8_k_matches_its_definition():
 
 
 def _ggml_base_library() -> ctypes.CDLL:
-    spec = importlib.util.find_spec("llama_cpp")
-    if spec is None or spec.origin is None:
+    d = lib_dir()
+    if d is None:
         pytest.skip("llama-cpp-python is not installed")
-    lib_dir = Path(spec.origin).parent / "lib"
-    candidates = sorted(lib_dir.glob("libggml-base.*"))
+    candidates = sorted(d.glob("libggml-base.*"))
     if not candidates:
-        pytest.skip(f"no libggml-base library in {lib_dir}")
+        pytest.skip(f"no libggml-base library in {d}")
     return ctypes.CDLL(str(candidates[0]))
 
 
