@@ -25,7 +25,7 @@ quantize Q5_K 14336x4096 bf16: 7.78 ms, 15 GB/s of bf16 input
 def test_a_clean_shard():
     s = sanitize_suite.summary(CLEAN)
     assert s == {"passed": 97, "skipped": 1, "failed": 0, "memcheck_errors": 0, "memcheck_reports": 1, "printed": 0,
-                 "oom": 0}
+                 "oom": 0, "silent": 0}
     assert sanitize_suite.clean(s)
 
 
@@ -75,6 +75,32 @@ CRASHED = """========= COMPUTE-SANITIZER
 ========= Target application returned an error
 ========= ERROR SUMMARY: 5 errors
 """
+
+
+# session 33's twelve shards: memcheck itself short of GPU memory, in a progress line (its launch untracked)
+STARVED = ("F..========= Internal Sanitizer Error: The Sanitizer encountered an error while launching "
+           "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEESt5arrayIPcLm3EEEEviT0_T1_ and "
+           "didn't track the launch. Errors might go undetected. (Unable to allocate enough memory to perform the "
+           "requested operation)\n")
+
+
+def test_memcheck_short_of_memory_counts_as_out_of_memory_and_stays_out_of_the_digest():
+    log = CLEAN.replace("========= ERROR SUMMARY: 0 errors", STARVED + "========= ERROR SUMMARY: 1 error")
+    s = sanitize_suite.summary(log)
+    assert (s["memcheck_errors"], s["printed"], s["oom"]) == (1, 1, 1)
+    assert sanitize_suite.digest(log) == []
+
+
+def test_a_chunked_shard_sums_its_processes_and_flags_one_without_a_report():
+    second = CLEAN.replace("97 passed, 1 skipped", "39 passed, 1 failed").replace("0 errors", "2 errors")
+    log = f"### chunk 0\n{CLEAN}### chunk 1\n{second}"
+    s = sanitize_suite.summary(log)
+    assert (s["passed"], s["skipped"], s["failed"], s["memcheck_errors"], s["memcheck_reports"], s["silent"]) == (
+        136, 1, 1, 2, 2, 0)
+    # a chunk cut off before memcheck's summary: its finished tests counted, the shard not clean
+    cut = f"{log}### chunk 2\n" + CLEAN.split("97 passed")[0]
+    s = sanitize_suite.summary(cut)
+    assert (s["passed"], s["silent"]) == (136 + 97, 1)
 
 
 def test_a_crashed_shard_counts_the_tests_before_the_report():
