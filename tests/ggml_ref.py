@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-__all__ = ["available", "ggml_quantize", "lib_dir"]
+__all__ = ["available", "find_library", "ggml_quantize", "lib_dir"]
 
 
 def lib_dir() -> Path | None:
@@ -43,6 +43,12 @@ def _find(d: Path, stem: str) -> Path | None:
         if hits:
             return hits[0]
     return None
+
+
+def find_library(stem: str = "ggml-base") -> Path | None:
+    """The shared library `stem` (e.g. libggml-base.so) in lib_dir(), or None where there is none."""
+    d = lib_dir()
+    return None if d is None else _find(d, stem)
 
 
 @functools.cache

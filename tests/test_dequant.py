@@ -13,7 +13,7 @@ gguf = pytest.importorskip("gguf")
 
 from gguf import GGMLQuantizationType  # noqa: E402
 from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
-from ggml_ref import lib_dir  # noqa: E402
+from ggml_ref import find_library  # noqa: E402
 
 from gguf_quant.ggml import GGML_TYPES, dequantize, ggml_type  # noqa: E402
 from gguf_quant.ggml.dequant import DEQUANTIZABLE_TYPES  # noqa: E402
@@ -155,13 +155,10 @@ def test_q8_k_matches_its_definition():
 
 
 def _ggml_base_library() -> ctypes.CDLL:
-    d = lib_dir()
-    if d is None:
-        pytest.skip("llama-cpp-python is not installed")
-    candidates = sorted(d.glob("libggml-base.*"))
-    if not candidates:
-        pytest.skip(f"no libggml-base library in {d}")
-    return ctypes.CDLL(str(candidates[0]))
+    path = find_library("ggml-base")
+    if path is None:
+        pytest.skip("no libggml-base: llama-cpp-python is not installed")
+    return ctypes.CDLL(str(path))
 
 
 @pytest.mark.parametrize("name", QUANTIZED_TYPES)
