@@ -283,9 +283,12 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   int best_rounds = 0, best_cap = 0;
   int64_t best_work = 0;  // rounds x warps per SM: the busiest SM's share of the units
   constexpr bool M1 = (MT == 1 || ONE) && FT<T>::CB < FT<T>::CE;  // 19 (ONE: 14 too) warps considered
-  for (int WPC : {19, 16, 14, 8, 4}) {
-    // 14: where 16 warps' stages do not fit beside the records (ONE; MoE over hit experts, 8 tokens' records)
-    if (knob_w() ? WPC != knob_w() : (WPC == 19 && !M1) || (WPC == 14 && !ONE && !(MOE && MT == 8))) continue;
+  for (int WPC : {19, 16, 14, 12, 8, 4}) {
+    // 14: where 16 warps' stages do not fit beside the records (ONE; MoE over hit experts, 8 tokens' records);
+    // 12: MoE's ragged flat items, whose 160 registers fit 12 warps an SM, not 14 (v41)
+    constexpr bool R160 = RAG && MOE && ONE;
+    if (knob_w() ? WPC != knob_w()
+                 : (WPC == 19 && !M1) || (WPC == 14 && !ONE && !(MOE && MT == 8)) || (WPC == 12 && !R160)) continue;
     const size_t smem = smem_for(WPC);
     const int n = smem > stream_smem_cap() ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE>(WPC, smem);
     if (n <= 0) continue;
