@@ -74,10 +74,11 @@ __device__ __forceinline__ void kept_group(const uint8_t* ch, const uint8_t* sp,
 // bytes), and K not a multiple of the chunk: each row's stage is copied in the 16-byte pieces that
 // cover it, at its own offset; a short last chunk is zero-filled past the row's end and its missing
 // groups get the records of zero activations, so they add exact zeros.
-// 160 for MoE's ragged flat items (gpt-oss at T = 1, v41): at 128 the cap bound (157 uncapped) and its
-// 11 warps an SM, each a chain of 3 stages waiting on its own decode, fit 12 warps at 160 too.
+// MoE's flat items (MOE && ONE, v41): 160 ragged (gpt-oss at T = 1; 157 uncapped, and 12 warps an SM fit),
+// 128 otherwise (Q4_K 128 uncapped, Q6_K 117; 16 warps fit): at 128 and 96 the cap bound, and their 11
+// warps an SM at T = 1, each a chain of 3 stages waiting on its own decode, are as many at the new cap.
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool KS = false>
-__global__ void __maxnreg__(RAG && MOE && ONE ? 160 : RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || MT == 4) && (T == MXFP4 || T == IQ4_XS || T == Q6_K)) ? 128 : 96)
+__global__ void __maxnreg__(MOE && ONE ? (RAG ? 160 : 128) : RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || MT == 4) && (T == MXFP4 || T == IQ4_XS || T == Q6_K)) ? 128 : 96)
     gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
   using R = StreamRecs<T>;
