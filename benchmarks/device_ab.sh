@@ -3,15 +3,18 @@
 # default .dev/base: main's, unpacked by device_carry.sh) in one call. Both are built side by side,
 # then bench_matmul.py runs with the given arguments A, B, A, B, so drift shows as A-A' spread.
 #   bash benchmarks/device_ab.sh [bench_matmul args]      e.g. --moe-only --types MXFP4 --ms 1
-# BASE=DIR picks B's tree; AB_ENV="VAR=value ..." adds A rows with each setting (a knob's other values);
+# BASE=DIR picks B's tree; BASE2=DIR adds a third tree (C, run A, B, C, A, B, C), e.g. another value of
+# a compile-time constant; AB_ENV="VAR=value ..." adds A rows with each setting (a knob's other values);
 # AB_TESTS="tests/x.py::test_a ..." then runs those tests on A's build, and again under memcheck.
 set -o pipefail
 OUTD=${OUT:-/tmp/gguf_out}; mkdir -p "$OUTD"
 source benchmarks/device_setup.sh
 BASE=${BASE:-.dev/base/kernels-src/gguf_kernels}
 # each build's own status (a build left in /tmp/ka or /tmp/kb by an earlier call must not pass for it)
-build_kernels /tmp/ka "" 8 & pa=$!; build_kernels /tmp/kb "$BASE" 8 & pb=$!
-wait $pa && wait $pb || exit 1
+J=$([ -n "$BASE2" ] && echo 5 || echo 8)
+build_kernels /tmp/ka "" $J & pa=$!; build_kernels /tmp/kb "$BASE" $J & pb=$!
+[ -n "$BASE2" ] && { build_kernels /tmp/kc "$BASE2" $J & pc=$!; }
+wait $pa && wait $pb && { [ -z "$BASE2" ] || wait $pc; } || exit 1
 run() {  # run LABEL KERNELS [ENV...]
   local label=$1 kdir=$2; shift 2
   env "$@" GGUF_QUANT_KERNELS=$kdir python3 benchmarks/bench_matmul.py "${ARGS[@]}" --out "$OUTD/$label.md" \
@@ -19,7 +22,7 @@ run() {  # run LABEL KERNELS [ENV...]
   echo "## $label ($kdir $*)"; grep "^| [a-z]" "$OUTD/$label.md"
 }
 ARGS=("$@")
-run A1 /tmp/ka; run B1 /tmp/kb; run A2 /tmp/ka; run B2 /tmp/kb
+for i in 1 2; do run A$i /tmp/ka; run B$i /tmp/kb; [ -n "$BASE2" ] && run C$i /tmp/kc; done
 for e in ${AB_ENV}; do run "A-${e//[^A-Za-z0-9_]/_}" /tmp/ka "$e"; done
 el "timing done"
 if [ -n "$AB_TESTS" ]; then
