@@ -247,7 +247,10 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
     regs = cudaFuncGetAttributes(&fa, kernel) == cudaSuccess ? std::max(fa.numRegs, 1) : 96;
     cudaGetLastError();
   }
-  return std::min({sm.regs / (regs * 32 * WPC), (int)(sm.smem / (smem + sm.reserved)), sm.threads / (32 * WPC)});
+  // registers: a warp's are allocated in units of 256 from one of the SM's 4 sub-partitions, which a
+  // CTA's warps fill in turn (19 warps of 104 registers do not fit, though 19 x 104 x 32 < 65,536)
+  const int warp_regs = (regs * 32 + 255) / 256 * 256;
+  return std::min({sm.regs / 4 / warp_regs * 4 / WPC, (int)(sm.smem / (smem + sm.reserved)), sm.threads / (32 * WPC)});
 }
 
 // gemv_stream_kernel's launch for `units` units and `fixed` bytes of records: WPC warps per CTA, S = 2

@@ -77,21 +77,19 @@ __device__ __forceinline__ void kept_group(const uint8_t* ch, const uint8_t* sp,
 // MoE's flat items (MOE && ONE, v41): 160 ragged (gpt-oss at T = 1; 157 uncapped, and 12 warps an SM fit),
 // 128 otherwise (Q4_K 128 uncapped, Q6_K 117; 16 warps fit): at 128 and 96 the cap bound, and their 11
 // warps an SM at T = 1, each a chain of 3 stages waiting on its own decode, are as many at the new cap.
-// Dense M = 1 (row pairs MT = 1, ONE1, and ONE on the MT = 2 geometry; v42): at least 128, where every type
-// but Q6_K's ONE1 bound at 96 (uncapped 106-150); 16 warps an SM fit, 19 no longer do. The K split (KS,
-// M = 3..8): 144, where Q4_K (138 uncapped), Q5_K (144) and Q6_K (152) bound at 128; 14 warps an SM fit.
-template <int T, bool MOE, int MT, bool RAG, bool ONE, bool KS>
+// Dense M = 1 of MXFP4 and IQ4_XS (row pairs, ONE1; v42): 128, where the row pairs spilled 8 bytes (MXFP4)
+// and both bound at 96 (uncapped 116-128): MXFP4 4096 -> 1024 -9%, IQ4_XS -3%, their other M = 1 rows
+// equal. The other types at 128 lost 12-15% where the launch took 19 warps (16 fit at 128) and gained at
+// most 2% elsewhere; the K split at 144 lost 10% where it took 14 (NOTES.md v42).
+template <int T, bool MOE, int MT, bool RAG, bool ONE>
 constexpr int stream_reg_cap() {
-  constexpr int base =
-      RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || MT == 4) && (T == MXFP4 || T == IQ4_XS || T == Q6_K)) ? 128 : 96;
-  constexpr int m1 = 128, ks = 144;
   if (MOE && ONE) return RAG ? 160 : 128;
-  if (KS) return ks;
-  if (!MOE && !RAG && (MT == 1 || (MT == 2 && ONE))) return base > m1 ? base : m1;
-  return base;
+  if (!MOE && MT == 1 && (T == MXFP4 || T == IQ4_XS)) return 128;
+  return RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || MT == 4) && (T == MXFP4 || T == IQ4_XS || T == Q6_K)) ? 128
+                                                                                                                : 96;
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool KS = false>
-__global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE, KS>())) gemv_stream_kernel(const FastArgs a) {
+__global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
   using R = StreamRecs<T>;
   static_assert(MT == 1 || (MT == 2 && !RAG) || ((MT == 4 || MT == 8) && !MOE && !RAG) || (MT == 8 && MOE && RAG),
