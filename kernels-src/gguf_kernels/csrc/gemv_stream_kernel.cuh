@@ -78,7 +78,7 @@ __device__ __forceinline__ void kept_group(const uint8_t* ch, const uint8_t* sp,
 // 128 otherwise (Q4_K 128 uncapped, Q6_K 117; 16 warps fit): at 128 and 96 the cap bound, and their 11
 // warps an SM at T = 1, each a chain of 3 stages waiting on its own decode, are as many at the new cap.
 // Dense M = 1 of MXFP4 and IQ4_XS (row pairs, ONE1; v42): 128, where the row pairs spilled 8 bytes (MXFP4)
-// and both bound at 96 (uncapped 116-128): MXFP4 4096 -> 1024 -9%, IQ4_XS -3%, their other M = 1 rows
+// and both bound at 96 (uncapped 116-128): MXFP4 4096 -> 1024 -9%, IQ4_XS -3..6%, their other M = 1 rows
 // equal. The other types at 128 lost 12-15% where the launch took 19 warps (16 fit at 128) and gained at
 // most 2% elsewhere; the K split at 144 lost 10% where it took 14 (NOTES.md v42).
 template <int T, bool MOE, int MT, bool RAG, bool ONE>
