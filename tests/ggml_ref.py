@@ -16,9 +16,10 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-__all__ = ["available", "find_library", "ggml_quantize", "lib_dir"]
+__all__ = ["available", "find_library", "ggml_base_or_skip", "ggml_quantize", "lib_dir"]
 
 
 def lib_dir() -> Path | None:
@@ -49,6 +50,14 @@ def find_library(stem: str = "ggml-base") -> Path | None:
     """The shared library `stem` (e.g. libggml-base.so) in lib_dir(), or None where there is none."""
     d = lib_dir()
     return None if d is None else _find(d, stem)
+
+
+def ggml_base_or_skip() -> ctypes.CDLL:
+    """libggml-base loaded as its own handle (no signatures set), or the calling test skipped where there is none."""
+    path = find_library("ggml-base")
+    if path is None:
+        pytest.skip("no libggml-base: llama-cpp-python is not installed")
+    return ctypes.CDLL(str(path))
 
 
 @functools.cache

@@ -13,7 +13,7 @@ gguf = pytest.importorskip("gguf")
 
 from gguf import GGMLQuantizationType  # noqa: E402
 from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
-from ggml_ref import find_library  # noqa: E402
+from ggml_ref import ggml_base_or_skip  # noqa: E402
 
 from gguf_quant.ggml import GGML_TYPES, dequantize, ggml_type  # noqa: E402
 from gguf_quant.ggml.dequant import DEQUANTIZABLE_TYPES  # noqa: E402
@@ -154,17 +154,10 @@ def test_q8_k_matches_its_definition():
     assert_same(dequantize(torch.from_numpy(packed.reshape(16, -1)), "Q8_K"), torch.from_numpy(expected))
 
 
-def _ggml_base_library() -> ctypes.CDLL:
-    path = find_library("ggml-base")
-    if path is None:
-        pytest.skip("no libggml-base: llama-cpp-python is not installed")
-    return ctypes.CDLL(str(path))
-
-
 @pytest.mark.parametrize("name", QUANTIZED_TYPES)
 def test_matches_ggml_c_library(name):
     """ggml's own C dequantize_row_* (from llama-cpp-python's libggml-base) agree bit for bit."""
-    lib = _ggml_base_library()
+    lib = ggml_base_or_skip()
     symbol = "dequantize_row_" + name.lower().replace("_k", "_K")
     if not hasattr(lib, symbol):
         pytest.skip(f"{symbol} is not exported by this ggml build")

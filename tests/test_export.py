@@ -34,7 +34,7 @@ from gguf_quant.gguf_io import writer
 from gguf_quant.gguf_io.reader import read_gguf
 from gguf_quant.modules import GgufExperts, GgufLinear
 
-from ggml_ref import find_library
+from ggml_ref import ggml_base_or_skip
 from llamacpp_ref import LlamaCppModel, rel_l2
 from tiny_gguf import Shape, quantize_with_llamacpp, write_tiny
 
@@ -100,10 +100,7 @@ _GGUF_NP = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5:
 
 @functools.cache
 def _libgguf() -> ctypes.CDLL:
-    path = find_library("ggml-base")
-    if path is None:
-        pytest.skip("no libggml-base: llama-cpp-python is not installed")
-    lib = ctypes.CDLL(str(path))
+    lib = ggml_base_or_skip()
     for name, (restype, argtypes) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes

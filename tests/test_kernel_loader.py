@@ -294,7 +294,7 @@ def test_cuda_decoders_match_gguf_py_bit_for_bit(host_decoders, name):
 
     import numpy as np
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-    
+
     qt = GGMLQuantizationType[name]
     bs, _ = GGML_QUANT_SIZES[qt]
     rng = np.random.default_rng()
@@ -341,7 +341,7 @@ def test_cuda_decoders_read_nothing_past_the_rows(host_decoders, name, tmp_path)
 
     import numpy as np
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-    
+
     qt = GGMLQuantizationType[name]
     bs, _ = GGML_QUANT_SIZES[qt]
     cols = {256: 768, 64: 192}.get(bs, 96)  # 96: the last 64-element unit a half one
