@@ -4,7 +4,8 @@
 #   bash benchmarks/device_run.sh [OUTDIR]
 # Needs .whl/ and, for llama.cpp, .dev/llama.tgz carried (benchmarks/device_carry.sh fills both).
 # NO_LLAMA=1 skips llama.cpp; QUICK=1 runs a short bench; REUSE_BUILD=1 keeps a build already in
-# /tmp/kb (one made earlier in the same call).
+# /tmp/kb (one made earlier in the same call); NO_TESTS=1 skips the GPU tests and the probe check (a
+# table-only call on kernels whose suite already ran, e.g. under device_sanitize.sh).
 set -o pipefail
 OUTD=${1:-${OUT:-/tmp/gguf_out}}; mkdir -p "$OUTD"
 MAX_JOBS=${MAX_JOBS:-6}   # llama.cpp builds beside ours
@@ -21,10 +22,12 @@ if [ -n "$REUSE_BUILD" ] && [ -d /tmp/kb/build ]; then el "kernels: the build al
 else build_kernels /tmp/kb || exit 1
 fi
 export GGUF_QUANT_KERNELS=/tmp/kb
-timeout 400 python3 -m pytest tests/test_kernels.py tests/test_kernels_quantize_gpu.py tests/test_gpu_models.py -q \
-  -p no:cacheprovider --maxfail=20 2>&1 | tee "$OUTD/test.log" | tail -25
-timeout 120 python3 kernels-src/gguf_kernels/tests/fast_gpu_check.py 2>&1 | tee "$OUTD/fast_check.log" | tail -3
-el "tests done"
+if [ -z "$NO_TESTS" ]; then
+  timeout 400 python3 -m pytest tests/test_kernels.py tests/test_kernels_quantize_gpu.py tests/test_gpu_models.py -q \
+    -p no:cacheprovider --maxfail=20 2>&1 | tee "$OUTD/test.log" | tail -25
+  timeout 120 python3 kernels-src/gguf_kernels/tests/fast_gpu_check.py 2>&1 | tee "$OUTD/fast_check.log" | tail -3
+  el "tests done"
+fi
 [ -z "$NO_SANITIZER" ] && timeout 150 compute-sanitizer --tool memcheck --print-limit 5 python3 benchmarks/sanitize_kernels.py 2>&1 | tail -4 | tee "$OUTD/sanitizer.log"
 el "sanitizer done"
 python3 benchmarks/bench_matmul.py ${QUICK:+--quick} --save-rows "$OUTD/rows.json" --out "$OUTD/bench.md" 2>&1 \
