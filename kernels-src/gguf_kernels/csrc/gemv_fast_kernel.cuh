@@ -45,12 +45,39 @@ __device__ __forceinline__ uint32_t cluster_reg_id() { uint32_t v; asm("mov.u32 
 __device__ __forceinline__ uint32_t cluster_reg_size() { uint32_t v; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(v)); return v; }
 __device__ __forceinline__ uint32_t cluster_reg_count() { uint32_t v; asm("mov.u32 %0, %%nclusterid.x;" : "=r"(v)); return v; }
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait_acquire() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
-__device__ __forceinline__ void st_rank0_v4(float* local, const float (&v)[4]) {
-  uint32_t r;
+// The K split's meeting (PTX ISA "mbarrier", "st.async"): rank 0 keeps one transaction barrier a warp; the
+// same warp of every other rank stores its sums into rank 0's slots by st.async, which counts their bytes
+// on that barrier, and leaves. Rank 0's warp waits for its own unit's bytes only.
+__device__ __forceinline__ void mbar_init_cluster(uint64_t* bar) {  // before the cluster's first arrive
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n"
+               "fence.mbarrier_init.release.cluster;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar))
+               : "memory");
+}
+__device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, uint32_t bytes) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(
+                   (uint32_t)__cvta_generic_to_shared(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(parity)
+                 : "memory");
+  }
+}
+// v into rank 0's copy of `local` (16-byte aligned), its bytes counted on rank 0's copy of `bar`
+__device__ __forceinline__ void st_async_rank0_v4(float* local, uint64_t* bar, const float (&v)[4]) {
+  uint32_t r, b;
   asm volatile("mapa.shared::cluster.u32 %0, %1, 0;\n" : "=r"(r) : "r"((uint32_t)__cvta_generic_to_shared(local)));
-  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(r), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
+  asm volatile("mapa.shared::cluster.u32 %0, %1, 0;\n" : "=r"(b) : "r"((uint32_t)__cvta_generic_to_shared(bar)));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(r),
+               "r"(__float_as_uint(v[0])), "r"(__float_as_uint(v[1])), "r"(__float_as_uint(v[2])),
+               "r"(__float_as_uint(v[3])), "r"(b)
                : "memory");
 }
 __device__ __forceinline__ void grid_dep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
