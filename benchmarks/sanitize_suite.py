@@ -2,6 +2,7 @@
 
     python benchmarks/sanitize_suite.py [--shards 8] [--chunk 40] [--timeout 450] [tests/test_kernels.py ...]
     python benchmarks/sanitize_suite.py --shards 8 -- tests/test_kernels.py -k MXFP4     (pytest's -k)
+    python benchmarks/sanitize_suite.py --tool racecheck tests/test_kernels.py::test_matmul_stream_ksplit
 
 Collects the suite's test ids, deals them round-robin over `--shards` shards, runs each shard as
 `compute-sanitizer --tool memcheck python -m pytest <ids>` processes of `--chunk` tests, one after
@@ -12,7 +13,9 @@ H200 out of memory: sessions 29 and 30). The tests marked `cuda_graph` capture C
 allocate without the cache (cudaMalloc is not permitted while a stream captures): they run as one more
 shard with the cache on. A shard cut off by `--timeout` says so, and its row counts the tests that
 finished. Exit status 0 only when every shard finished with no failure and every memcheck error was
-printed and was such a return (none is an invalid access).
+printed and was such a return (none is an invalid access). `--tool` runs another compute-sanitizer tool
+the same way (racecheck: shared-memory hazards; synccheck: barrier misuse; initcheck), its errors counted
+in the same columns.
 """
 import argparse
 import collections
@@ -34,9 +37,13 @@ def collect(files: list[str]) -> list[str]:
     return [line for line in r.stdout.splitlines() if "::" in line]
 
 
-# the first line of each error memcheck prints (the lines under it are indented further)
-HEAD = (r"========= ((?:Invalid|Program hit|Out-of-range|Misaligned|Malloc|Leaked|Barrier|Race|Uninitialized|"
-        r"Unspecified|Internal Sanitizer Error)\b[^\n]*)")
+# the first line of each error a tool prints (the lines under it are indented further; racecheck's hazards
+# start "Error: Race reported")
+HEAD = (r"========= ((?:Invalid|Program hit|Out-of-range|Misaligned|Malloc|Leaked|Barrier|Race|Error: Race|"
+        r"Uninitialized|Unspecified|Internal Sanitizer Error)\b[^\n]*)")
+# one summary a process the tool followed: memcheck, synccheck and initcheck print ERROR SUMMARY, racecheck
+# RACECHECK SUMMARY with its hazards' errors and warnings (its warnings are not counted as errors)
+SUMMARY = r"(?:ERROR SUMMARY: (\d+) errors?|RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?)"
 # an API call's out-of-memory return, or memcheck itself short of memory to follow a launch (session 33:
 # twelve shards, 217 of one shard's 265 errors)
 OOM = ("cudaErrorMemoryAllocation", "Unable to allocate enough memory")
@@ -54,7 +61,7 @@ def summary(log: str) -> dict:
 def summary_part(log: str) -> dict:
     """Counts from one process's log: pytest's last line (or, cut off, its progress characters) and
     memcheck's error summaries (one a process it followed)."""
-    errors = [int(m.group(1)) for m in re.finditer(r"ERROR SUMMARY: (\d+) error", log)]
+    errors = [int(m.group(1) or m.group(2)) for m in re.finditer(SUMMARY, log)]
     heads = re.findall(HEAD, log)
     oom = sum(any(o in h for o in OOM) for h in heads)
     out = {"memcheck_errors": sum(errors), "memcheck_reports": len(errors), "printed": len(heads), "oom": oom}
@@ -106,8 +113,9 @@ def watch_memory(stop: threading.Event, peak: list[int]) -> None:
             peak[:] = [max(peak[0], used), total]
 
 
-def run_shard(shard: list[str], chunk: int, env: dict, deadline: float, log_path: str) -> bool:
-    """A shard's tests under memcheck, `chunk` a process one after another, into one log (a line
+def run_shard(shard: list[str], chunk: int, env: dict, deadline: float, log_path: str,
+              tool: str = "memcheck") -> bool:
+    """A shard's tests under the tool, `chunk` a process one after another, into one log (a line
     `### chunk j` before each); False when `deadline` cut one off. Short processes, because memcheck's
     memory on the GPU grew with each process's life (session 33: eight whole-shard processes filled the
     H200's 140 GiB, failing 42 tests with no invalid access)."""
@@ -115,7 +123,7 @@ def run_shard(shard: list[str], chunk: int, env: dict, deadline: float, log_path
         for j in range(0, len(shard), chunk):
             log.write(f"### chunk {j // chunk}\n")
             log.flush()
-            cmd = ["compute-sanitizer", "--tool", "memcheck", "--print-limit", "1000", sys.executable, "-m",
+            cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "1000", sys.executable, "-m",
                    "pytest", "-q", "-p", "no:cacheprovider", *shard[j:j + chunk]]
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
             try:
@@ -136,6 +144,7 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=450.0, help="seconds for every shard")
     p.add_argument("--chunk", type=int, default=40, help="tests a memcheck process")
     p.add_argument("--logs", default=os.environ.get("OUT", "/tmp") + "/sanitize_suite")
+    p.add_argument("--tool", default="memcheck", choices=["memcheck", "racecheck", "synccheck", "initcheck"])
     args = p.parse_args()
     ids = collect(args.files)
     graphs = set(collect([*args.files, "-m", "cuda_graph"]))
@@ -157,7 +166,8 @@ def main() -> int:
 
     def run(i: int, shard: list[str]) -> None:
         env = cached if shard[0] in graphs else plain
-        finished[i] = run_shard(shard, args.chunk, env, deadline, os.path.join(args.logs, f"shard{i}.log"))
+        log_path = os.path.join(args.logs, f"shard{i}.log")
+        finished[i] = run_shard(shard, args.chunk, env, deadline, log_path, args.tool)
 
     threads = [threading.Thread(target=run, args=(i, shard)) for i, shard in enumerate(shards)]
     for t in threads:
@@ -166,10 +176,11 @@ def main() -> int:
         t.join()
     timed_out = [i for i, f in enumerate(finished) if not f]
     stop.set()
-    print(f"{len(ids)} tests of {' '.join(args.files)} in {len(shards)} shards ({len(graphs)} capturing CUDA graphs, "
+    print(f"{args.tool}: {len(ids)} tests of {' '.join(args.files)} in {len(shards)} shards "
+          f"({len(graphs)} capturing CUDA graphs, "
           f"the caching allocator on: the last), {time.time() - t0:.0f} s; GPU memory in use at most "
           f"{peak[0] / 1024:.1f} of {peak[1] / 1024:.1f} GiB (nvidia-smi every 5 s)\n")
-    print("| shard | tests | passed | failed | skipped | memcheck errors | of them out of memory | finished |")
+    print(f"| shard | tests | passed | failed | skipped | {args.tool} errors | of them out of memory | finished |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     ok = True
     total = {"passed": 0, "failed": 0, "skipped": 0, "memcheck_errors": 0, "oom": 0}
