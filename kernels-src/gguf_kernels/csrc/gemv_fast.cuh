@@ -538,6 +538,10 @@ GQ_HD int stream_unit_stages(int K) {
                                    : (StreamRecs<T>::chunks(K) + 8 / MT - 1) / (8 / MT);
 }
 constexpr int kFlatItemBytes = 48 * 4;
+// The K split's meeting (gemv_stream_kernel, KS): the sums a warp of every rank but 0 sends into rank 0's
+// slots (32 lanes x 4 floats), and the shared memory a warp takes for them and rank 0's barrier (8 bytes)
+constexpr int kKsSums = 32 * 4;
+GQ_HD constexpr size_t ks_meet_bytes(int Z) { return (size_t)(Z - 1) * kKsSums * 4 + 8; }
 // FLAT's lane roles (gemv_stream_kernel; tests/fast_host.cu's model): lane (g, c) at stage s of a unit
 // whose rows hold n <= 4 items. A row g holds the stage's item g and A row g + 8 item g + 8 (MIS: 2g
 // and 2g + 1); B's column g holds x's item col(g, n) = (g & 3) % n, so columns 0-3 and 4-7 each hold

@@ -562,7 +562,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     bool fits = false;
     for (int it = 0; it < 4 && clusters > 0 && !fits; ++it) {  // as many clusters as can run at once
       WPC = (units + clusters - 1) / clusters;
-      smem = std::max(fixed + (size_t)WPC * (a.S * 2 * MT * stream_rs<T, MT, false>() + (Z - 1) * 512 + 8),
+      smem = std::max(fixed + (size_t)WPC * (a.S * 2 * MT * stream_rs<T, MT, false>() + ks_meet_bytes(Z)),
                       (size_t)(sm.smem / 2 - sm.reserved + 16));  // one CTA an SM
       if (WPC > 16 || smem > stream_smem_cap()) break;
       const int n = active_clusters(kernel, clusters, Z, WPC, smem);

@@ -163,7 +163,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   const int kph = KS && L::MIS ? (int)(((int64_t)rank * nch * L::CB) & 15) : 0;
   // KS: the meeting's slots (ranks 1.., a warp's 32 x 4 sums each) and rank 0's barriers, after the stages
   float* slots = reinterpret_cast<float*>(recs + nx * RB + (size_t)WPC * S * STAGE);
-  uint64_t* mbar = reinterpret_cast<uint64_t*>(slots + (KS ? ((int)cluster_reg_size() - 1) * WPC * 128 : 0));
+  uint64_t* mbar = reinterpret_cast<uint64_t*>(slots + (KS ? ((int)cluster_reg_size() - 1) * WPC * kKsSums : 0));
   if constexpr (KS) {
     if (rank == 0 && lane == 0) mbar_init_cluster(mbar + warp);
     cluster_arrive_relaxed();  // (waited on before the first store into rank 0)
@@ -692,12 +692,12 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
     const int Z = (int)cluster_reg_size();
     cluster_wait_acquire();  // every CTA of the cluster has started, rank 0's barriers set (the arrive at the top)
     const bool has_unit = gw < units;
-    if (rank > 0 && has_unit) st_async_rank0_v4(slots + ((size_t)(rank - 1) * WPC + warp) * 128 + lane * 4, mbar + warp, acc);
+    if (rank > 0 && has_unit) st_async_rank0_v4(slots + ((size_t)(rank - 1) * WPC + warp) * kKsSums + lane * 4, mbar + warp, acc);
     if (rank == 0 && has_unit) {
-      if (lane == 0) mbar_expect_bytes(mbar + warp, (uint32_t)(Z - 1) * 512u);
+      if (lane == 0) mbar_expect_bytes(mbar + warp, (uint32_t)(Z - 1) * kKsSums * 4u);
       mbar_wait_cluster(mbar + warp, 0);
       for (int r = 1; r < Z; ++r) {
-        const float4 v = *reinterpret_cast<const float4*>(slots + ((size_t)(r - 1) * WPC + warp) * 128 + lane * 4);
+        const float4 v = *reinterpret_cast<const float4*>(slots + ((size_t)(r - 1) * WPC + warp) * kKsSums + lane * 4);
         acc[0] += v.x; acc[1] += v.y; acc[2] += v.z; acc[3] += v.w;
       }
       store_unit();
