@@ -10,9 +10,9 @@ each call's first CTAs overlap the previous call's last ones, as consecutive pro
 after q, up after gate) do in a decode step; `benchmarks/gemv_probe.cu layer` times a whole layer's
 sequence with the kernels that write x in between. GB/s counts packed weight bytes once per call;
 TFLOP/s counts 2*M*N*K.
-llama.cpp's figures come from `--llama` (a JSON written in the same run by
-benchmarks/llama_mm_bench) when given, otherwise from ANCHORS.md (another day: compare ratios
-with care).
+llama.cpp's figures come from `--llama` (a JSON written by benchmarks/llama_mm_bench, its column
+labelled `--llama-label`, "same run" from device_run.sh, else the file's name) when given, otherwise
+from ANCHORS.md (another day: compare ratios with care).
 """
 from __future__ import annotations
 
@@ -254,7 +254,10 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", default=None, help="dense shapes only, e.g. 4096x14336,14336x4096 (all of --ms each)")
     p.add_argument("--rotate-gb", type=float, default=None, help="GB of weight copies to rotate over (default 2.2)")
     p.add_argument("--bf16", action="store_true", help="also time bf16 weights through cuBLAS")
-    p.add_argument("--llama", default=None, help="JSON of llama.cpp timings measured in the same run")
+    p.add_argument("--llama", default=None, help="JSON of llama.cpp timings (benchmarks/llama_mm_bench)")
+    # the table's llama.cpp column says where its times came from: "same run" where device_run.sh timed
+    # llama.cpp in this call, else the file's name (session 36 labelled stored times "same run")
+    p.add_argument("--llama-label", default=None, help="the llama.cpp column's source (default: the file's name)")
     p.add_argument("--out", default=None, help="also write the table (markdown) here")
     p.add_argument("--emit-cases", default=None, help="write the cases for llama_mm_bench and exit")
     p.add_argument("--save-rows", default=None, help="also save the measured rows (JSON)")
@@ -288,7 +291,7 @@ def main(argv=None) -> int:
         return 0
     llama, llama_src = _anchors(), "ANCHORS.md"
     if args.llama and os.path.exists(args.llama):
-        llama, llama_src = read_llama(args.llama), "same run"
+        llama, llama_src = read_llama(args.llama), args.llama_label or os.path.basename(args.llama)
     if args.load_rows:
         with open(args.load_rows) as f:
             saved = json.load(f)

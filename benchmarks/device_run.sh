@@ -45,7 +45,7 @@ if [ -f .dev/llama.tgz ] && [ -z "$NO_LLAMA" ]; then
   if [ "$(cat /tmp/ll/build.rc 2>/dev/null)" = 0 ] && g++ -O2 -std=c++17 benchmarks/llama_mm_bench.cpp -I$LL/ggml/include \
       -L$LL/build/bin -lggml -lggml-base -lggml-cuda -Wl,-rpath,$LL/build/bin -o /tmp/llmm; then
     timeout ${LLAMA_TIMEOUT:-150} /tmp/llmm /tmp/cases.txt "$OUTD/llama.json" > "$OUTD/llama.log" 2>&1; el "llama.cpp timed (rc $?)"
-    python3 benchmarks/bench_matmul.py --load-rows "$OUTD/rows.json" --llama "$OUTD/llama.json" --out "$OUTD/bench.md" > /dev/null
+    python3 benchmarks/bench_matmul.py --load-rows "$OUTD/rows.json" --llama "$OUTD/llama.json" --llama-label "same run" --out "$OUTD/bench.md" > /dev/null
   else tail -5 /tmp/ll/build.log; fi
 fi
 cat "$OUTD/bench.md"

@@ -2,7 +2,8 @@
 
     python benchmarks/sanitize_suite.py [--shards 8] [--chunk 40] [--timeout 450] [tests/test_kernels.py ...]
     python benchmarks/sanitize_suite.py --shards 8 -- tests/test_kernels.py -k MXFP4     (pytest's -k)
-    python benchmarks/sanitize_suite.py --tool racecheck tests/test_kernels.py::test_matmul_stream_ksplit
+    python benchmarks/sanitize_suite.py --tool racecheck --kernels gemv_stream_kernel \
+        tests/test_kernels.py::test_matmul_stream_ksplit
 
 Collects the suite's test ids, deals them round-robin over `--shards` shards, runs each shard as
 `compute-sanitizer --tool memcheck python -m pytest <ids>` processes of `--chunk` tests, one after
@@ -15,7 +16,10 @@ shard with the cache on. A shard cut off by `--timeout` says so, and its row cou
 finished. Exit status 0 only when every shard finished with no failure and every memcheck error was
 printed and was such a return (none is an invalid access). `--tool` runs another compute-sanitizer tool
 the same way (racecheck: shared-memory hazards; synccheck: barrier misuse; initcheck), its errors counted
-in the same columns.
+in the same columns; racecheck and synccheck track `--num-cuda-barriers` mbarriers a CTA (session 36: the
+default overflowed on the stream kernel's, and synccheck aborted every process), and `--kernels` limits the
+tool to the kernels whose names hold that string (session 36: racecheck on every kernel, torch's included,
+did not finish one K-split test in 90 s).
 """
 import argparse
 import collections
@@ -38,9 +42,10 @@ def collect(files: list[str]) -> list[str]:
 
 
 # the first line of each error a tool prints (the lines under it are indented further; racecheck's hazards
-# start "Error: Race reported")
+# start "Error: Race reported"); the tool's own warnings (session 36: "Warning: Detected overflow of tracked
+# cuda::barrier structures", before synccheck aborted the process) and a process it saw die
 HEAD = (r"========= ((?:Invalid|Program hit|Out-of-range|Misaligned|Malloc|Leaked|Barrier|Race|Error: Race|"
-        r"Uninitialized|Unspecified|Internal Sanitizer Error)\b[^\n]*)")
+        r"Uninitialized|Unspecified|Internal Sanitizer Error|Warning|Error: process didn't terminate)\b[^\n]*)")
 # one summary a process the tool followed: memcheck, synccheck and initcheck print ERROR SUMMARY, racecheck
 # RACECHECK SUMMARY with its hazards' errors and warnings (its warnings are not counted as errors)
 SUMMARY = r"(?:ERROR SUMMARY: (\d+) errors?|RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?)"
@@ -81,12 +86,14 @@ def summary_part(log: str) -> dict:
 def digest(log: str) -> list[str]:
     """What went wrong in a shard, a line each: memcheck's errors other than out-of-memory returns (the
     first line, and the function of an invalid access; addresses masked, so that shards' lines
-    compare), then the tests pytest reports failed."""
+    compare), the tool's warnings, then the tests pytest reports failed."""
     lines = []
     for m in re.finditer(HEAD + r"(?:\n=========\s+at ([^\n]*))?", log):
         if not any(o in m.group(1) for o in OOM):
             lines.append(re.sub(r"0x[0-9a-f]+", "0x.", m.group(1) + (f" at {m.group(2)}" if m.group(2) else "")))
-    return lines + [f"FAILED {t}" for t in re.findall(r"^FAILED (\S+)", log, re.M)]
+    # a process that died without pytest's summary (session 36: synccheck aborted it) says so
+    return lines + re.findall(r"^Fatal Python error: .*", log, re.M) + [
+        f"FAILED {t}" for t in re.findall(r"^FAILED (\S+)", log, re.M)]
 
 
 def deal(ids: list[str], graphs: set[str], n: int) -> list[list[str]]:
@@ -114,7 +121,7 @@ def watch_memory(stop: threading.Event, peak: list[int]) -> None:
 
 
 def run_shard(shard: list[str], chunk: int, env: dict, deadline: float, log_path: str,
-              tool: str = "memcheck") -> bool:
+              tool_args: tuple[str, ...] = ("--tool", "memcheck")) -> bool:
     """A shard's tests under the tool, `chunk` a process one after another, into one log (a line
     `### chunk j` before each); False when `deadline` cut one off. Short processes, because memcheck's
     memory on the GPU grew with each process's life (session 33: eight whole-shard processes filled the
@@ -123,7 +130,7 @@ def run_shard(shard: list[str], chunk: int, env: dict, deadline: float, log_path
         for j in range(0, len(shard), chunk):
             log.write(f"### chunk {j // chunk}\n")
             log.flush()
-            cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "1000", sys.executable, "-m",
+            cmd = ["compute-sanitizer", *tool_args, "--print-limit", "1000", sys.executable, "-m",
                    "pytest", "-q", "-p", "no:cacheprovider", *shard[j:j + chunk]]
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
             try:
@@ -145,7 +152,15 @@ def main() -> int:
     p.add_argument("--chunk", type=int, default=40, help="tests a memcheck process")
     p.add_argument("--logs", default=os.environ.get("OUT", "/tmp") + "/sanitize_suite")
     p.add_argument("--tool", default="memcheck", choices=["memcheck", "racecheck", "synccheck", "initcheck"])
+    p.add_argument("--kernels", help="only the kernels whose names hold this string (--kernel-name kns=)")
+    p.add_argument("--num-cuda-barriers", type=int, default=128,
+                   help="mbarriers a CTA that racecheck and synccheck track")
     args = p.parse_args()
+    tool_args = ("--tool", args.tool)
+    if args.tool in ("racecheck", "synccheck"):
+        tool_args += ("--num-cuda-barriers", str(args.num_cuda_barriers))
+    if args.kernels:
+        tool_args += ("--kernel-name", f"kns={args.kernels}")
     ids = collect(args.files)
     graphs = set(collect([*args.files, "-m", "cuda_graph"]))
     os.makedirs(args.logs, exist_ok=True)
@@ -167,7 +182,7 @@ def main() -> int:
     def run(i: int, shard: list[str]) -> None:
         env = cached if shard[0] in graphs else plain
         log_path = os.path.join(args.logs, f"shard{i}.log")
-        finished[i] = run_shard(shard, args.chunk, env, deadline, log_path, args.tool)
+        finished[i] = run_shard(shard, args.chunk, env, deadline, log_path, tool_args)
 
     threads = [threading.Thread(target=run, args=(i, shard)) for i, shard in enumerate(shards)]
     for t in threads:

@@ -105,7 +105,8 @@ def test_a_chunked_shard_sums_its_processes_and_flags_one_without_a_report():
 
 def test_a_crashed_shard_counts_the_tests_before_the_report():
     s = sanitize_suite.summary(CRASHED)
-    assert (s["passed"], s["failed"], s["memcheck_errors"], s["printed"]) == (60, 0, 5, 1)
+    # the invalid read and the process's end are two of memcheck's five errors that it printed
+    assert (s["passed"], s["failed"], s["memcheck_errors"], s["printed"]) == (60, 0, 5, 2)
     assert not sanitize_suite.clean(s)
 
 
@@ -125,6 +126,7 @@ def test_the_digest_names_each_invalid_access_and_failed_test_but_no_out_of_memo
     assert sanitize_suite.digest(log) == [
         "Invalid __global__ read of size 16 bytes at void gq::gemv_mma_kernel<(int)39, (int)2, __nv_bfloat16>"
         "(gq::GemvArgs)+0x.",
+        "Error: process didn't terminate successfully",
         "FAILED tests/test_kernels.py::test_matmul_split_k[MXFP4-17]"]
     assert sanitize_suite.digest(CLEAN) == []
 
@@ -147,3 +149,31 @@ def test_racecheck_summaries_count_their_errors(errors, warnings):
     # the digest keeps a hazard's first line (its write), as it keeps an invalid access's
     assert sanitize_suite.digest(log) == (["Error: Race reported between Write access at void k()+0x. in k.cu:12"]
                                           if errors else [])
+
+
+# synccheck on the K split's tests on the H200 (session 36, compute-sanitizer's default barrier count): it
+# warned that it could not track the kernel's mbarriers, then aborted the process (its stack trace cut here)
+SYNC_OVERFLOW = """### chunk 0
+========= COMPUTE-SANITIZER
+========= Warning: Detected overflow of tracked cuda::barrier structures. Results might be incorrect. \
+Try using --num-cuda-barriers to fix the issue
+========= 
+Fatal Python error: Aborted
+
+Current thread 0x00007ff3565b0a40 (most recent call first):
+  File "/work/main/tests/test_kernels.py", line 71 in check_matmul
+========= Error: process didn't terminate successfully
+========= Target application returned an error
+========= ERROR SUMMARY: 1 error
+"""
+
+
+def test_a_tool_warning_and_an_aborted_process_are_not_clean_and_are_named():
+    s = sanitize_suite.summary(SYNC_OVERFLOW)
+    assert (s["passed"], s["failed"], s["memcheck_errors"], s["printed"]) == (0, 0, 1, 2)
+    assert not sanitize_suite.clean(s)
+    assert sanitize_suite.digest(SYNC_OVERFLOW) == [
+        "Warning: Detected overflow of tracked cuda::barrier structures. Results might be incorrect. "
+        "Try using --num-cuda-barriers to fix the issue",
+        "Error: process didn't terminate successfully",
+        "Fatal Python error: Aborted"]
