@@ -1,7 +1,7 @@
 // Where, and when, a programmatic dependent launch of small clusters runs while a launch of larger
 // clusters holds one CTA an SM (kernels-src/gguf_kernels/NOTES.md, v46): the K split's clusters of 4
 // leave 12 of the H200's SMs idle on 14336 -> 4096 at M = 8, and v46's tail launch of 2-CTA clusters,
-// meant for those SMs, cost 3.6-5.5 us instead of hiding. Standalone, no torch:
+// meant for those SMs, cost 1.2-5.8 us instead of hiding. Standalone, no torch:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a benchmarks/cluster_probe.cu -o /tmp/cluster_probe
 //   /tmp/cluster_probe [head_z=4] [tail_z=2] [head_us=20] [tail_us=3]
 // Both kernels only spin: each CTA stamps its SM and the global timer as it starts and ends. The head
@@ -17,14 +17,7 @@
 #include <set>
 #include <vector>
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
+#include "cuda_check.h"
 
 struct Stamp {
   unsigned long long start, end;
@@ -49,13 +42,13 @@ __global__ void spin_kernel(Stamp* out, unsigned long long spin_ns) {
   out[blockIdx.x] = {t0, now_ns(), sm};
 }
 
-static cudaError_t launch(int grid, int z, size_t smem, bool pdl, cudaStream_t s, Stamp* out, unsigned long long ns) {
+// A launch of `grid` one-warp CTAs in clusters of z (`at`: room for its attributes), PDL if asked
+static cudaLaunchConfig_t config(int grid, int z, size_t smem, bool pdl, cudaStream_t s, cudaLaunchAttribute (&at)[2]) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(32);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  cudaLaunchAttribute at[2];
   at[0].id = cudaLaunchAttributeClusterDimension;
   at[0].val.clusterDim.x = z;
   at[0].val.clusterDim.y = at[0].val.clusterDim.z = 1;
@@ -63,6 +56,12 @@ static cudaError_t launch(int grid, int z, size_t smem, bool pdl, cudaStream_t s
   at[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = at;
   cfg.numAttrs = pdl ? 2 : 1;
+  return cfg;
+}
+
+static cudaError_t launch(int grid, int z, size_t smem, bool pdl, cudaStream_t s, Stamp* out, unsigned long long ns) {
+  cudaLaunchAttribute at[2];
+  const cudaLaunchConfig_t cfg = config(grid, z, smem, pdl, s, at);
   return cudaLaunchKernelEx(&cfg, spin_kernel, out, ns);
 }
 
@@ -75,19 +74,9 @@ int main(int argc, char** argv) {
   CK(cudaFuncSetAttribute(spin_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   CK(cudaFuncSetAttribute(spin_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   int head_clusters = 0;
-  {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(head_z * p.multiProcessorCount);
-    cfg.blockDim = dim3(32);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = head_z;
-    at.val.clusterDim.y = at.val.clusterDim.z = 1;
-    cfg.attrs = &at;
-    cfg.numAttrs = 1;
-    CK(cudaOccupancyMaxActiveClusters(&head_clusters, spin_kernel, &cfg));
-  }
+  cudaLaunchAttribute at[2];
+  const cudaLaunchConfig_t head_cfg = config(head_z * p.multiProcessorCount, head_z, smem, false, nullptr, at);
+  CK(cudaOccupancyMaxActiveClusters(&head_clusters, spin_kernel, &head_cfg));
   const int head_grid = head_clusters * head_z;
   const int tail_grid = (p.multiProcessorCount - head_grid) / tail_z * tail_z;
   std::printf("%s, %d SMs: head %d clusters of %d (%d SMs), tail %d clusters of %d on the %d SMs left\n", p.name,

@@ -25,16 +25,8 @@
 #include <vector>
 
 #include "gemv_fast_launch.cuh"
+#include "cuda_check.h"
 #include "launch.h"
-
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
 
 // "No decode" twins of Q4_0 and Q4_K (type ids 200 + T, unused by ggml): the same kernels, copies,
 // prep records, mma and epilogue, but A is a constant instead of the decoded weights, so the time
