@@ -187,9 +187,11 @@ def test_matmul_stream_ksplit(name, M, rng):
     CTA; at M = 3, 4 only IQ4_XS and MXFP4 take it there). Q6_K's slices of 420-byte chunks start 4-byte
     aligned: N = 999 in 8 slices of one chunk, 0, 4, 8 and 12 bytes past a 16-byte boundary; its
     N = 4095 takes a 4-way split (213 KB, under the H200's 227 KB opt-in limit) and N = 14335 the plain
-    launch with 8 warps (212 KB; test_matmul_stream_smem_cap runs both under 200 KB). fp16 activations
-    once."""
-    for N, K in ((4095, 14336), (999, 4096), (14335, 4096)):
+    launch with 8 warps (212 KB; test_matmul_stream_smem_cap runs both under 200 KB). N = 4095 with
+    K = 14336 and 4096: Q6_K, MXFP4 and IQ4_XS take clusters of 2 with two warps a unit, each reading half
+    the CTA's slice (v48; test_matmul_stream_ks_warps_a_unit runs every type both ways), and K = 512,
+    where a slice can be one stage and the first warp of a unit then reads none. fp16 activations once."""
+    for N, K in ((4095, 14336), (999, 4096), (14335, 4096), (4095, 4096), (4095, 512)):
         check_matmul(name, M, N, K, rng)
     if M == 8:
         check_matmul(name, M, 999, 4096, rng, torch.float16)
@@ -203,6 +205,14 @@ def test_matmul_stream_without_ks():
     run_child({"GGUF_KERNELS_FAST_KS": "0"}, f"{__file__}::test_matmul_stream", "5] or 8]", "14 passed")
     # M = 3, 4 with few units: the split now precedes the MT = 4 launch whose stages split over warps
     run_child({"GGUF_KERNELS_FAST_KS": "0"}, f"{__file__}::test_matmul_stream_split", "3] or 4]", "12 passed")
+
+
+@pytest.mark.parametrize("h", ["1", "2"])
+def test_matmul_stream_ks_warps_a_unit(h):
+    """GGUF_KERNELS_FAST_KS_H=h, in a child, test_matmul_stream_ksplit's M = 5 and 8: the K split's
+    launches with one warp a unit for every type (clusters of 4 with 9 warps a CTA at N = 4095, as
+    before v48), and with two for every type (by default only Q6_K, MXFP4 and IQ4_XS take two)."""
+    run_child({"GGUF_KERNELS_FAST_KS_H": h}, f"{__file__}::test_matmul_stream_ksplit", "5] or 8]", "14 passed")
 
 
 def test_matmul_stream_smem_cap():

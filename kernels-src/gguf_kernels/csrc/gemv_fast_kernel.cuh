@@ -109,7 +109,8 @@ struct FastArgs {
   int64_t out_stride;
   int out_bf16;
   int S;   // pipeline stages
-  int split;  // gemv_stream_kernel: each CTA's stages split evenly over its warps (units cut between them)
+  int split;  // gemv_stream_kernel: each CTA's stages split evenly over its warps (units cut between them);
+              // its K split (KS): the warps that share a unit, each reading 1 / split of the slice
   int U;   // type chunks (FT<T>::CE elements) per stage: one row's bytes per stage are U * CB, contiguous
   int RS;  // shared-memory row stride (rs_bytes<T>(U))
   // MoE pairs (gemv_stream_kernel<..., true>): pair q multiplies x row q / x_div by expert ids[q] and

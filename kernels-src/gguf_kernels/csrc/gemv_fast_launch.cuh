@@ -538,6 +538,14 @@ int active_clusters(Kern kernel, int clusters, int z, int WPC, size_t smem) {
   }
   return seen[key] = n;
 }
+// The most warps that share a unit of a K split's CTA: two for Q6_K, MXFP4 and IQ4_XS, one for the
+// others, whose records of twice the slice cost more than the idle SMs give (NOTES.md v48: Q4_0 and Q8_0
+// 7-14% slower at 4096 -> 4096, M = 8). GGUF_KERNELS_FAST_KS_H: that many for every type (1: as before v48).
+template <int T>
+int ks_max_h() {
+  static const int v = env_knob("GGUF_KERNELS_FAST_KS_H", -1);
+  return v > 0 ? v : (T == Q6_K || T == MXFP4 || T == IQ4_XS) ? 2 : 1;
+}
 template <int T, typename XT>
 cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   using L = FT<T>;
@@ -552,30 +560,35 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     // slices of whole chunks, starting 16-byte aligned in every row (Q6_K: 4-byte, its stages' copies
     // start at the 16-byte boundary below, kph)
     if ((ks > 0 && Z != ks) || nch % Z != 0 || (nch / Z * L::CB) % (L::MIS ? 4 : 16) != 0) continue;
-    FastArgs a = a0;
-    a.K = a0.K / Z;
-    a.S = 2;
-    a.split = 0;
-    const size_t fixed = MT * stream_rec_stride<T, MT>(a.K);
-    int clusters = num_sms() / Z, WPC = 0;
-    size_t smem = 0;
-    bool fits = false;
-    for (int it = 0; it < 4 && clusters > 0 && !fits; ++it) {  // as many clusters as can run at once
-      WPC = (units + clusters - 1) / clusters;
-      smem = std::max(fixed + (size_t)WPC * (a.S * 2 * MT * stream_rs<T, MT, false>() + ks_meet_bytes(Z)),
-                      (size_t)(sm.smem / 2 - sm.reserved + 16));  // one CTA an SM
-      if (WPC > 16 || smem > stream_smem_cap()) break;
-      const int n = active_clusters(kernel, clusters, Z, WPC, smem);
-      fits = n >= clusters;
-      if (!fits) clusters = n;
+    // H warps a unit (a.split), each reading 1 / H of the slice: where one a unit leaves a CTA fewer than
+    // 8 warps (14336 -> 4096 and 4096 -> 4096 at Z = 2: 4), H = 2 gives it 8 on every SM, where Z = 4's
+    // clusters sit 30 to the H200 and 9 warps a CTA (NOTES.md v48)
+    for (int H = 1; H <= ks_max_h<T>(); H *= 2) {
+      FastArgs a = a0;
+      a.K = a0.K / Z;
+      a.S = 2;
+      a.split = H;
+      const size_t fixed = MT * stream_rec_stride<T, MT>(a.K);
+      int clusters = num_sms() / Z, WPC = 0;
+      size_t smem = 0;
+      bool fits = false;
+      for (int it = 0; it < 4 && clusters > 0 && !fits; ++it) {  // as many clusters as can run at once
+        WPC = H * ((units + clusters - 1) / clusters);
+        smem = std::max(fixed + (size_t)WPC * (a.S * 2 * MT * stream_rs<T, MT, false>() + ks_meet_bytes(Z)),
+                        (size_t)(sm.smem / 2 - sm.reserved + 16));  // one CTA an SM
+        if (WPC > 16 || smem > stream_smem_cap()) break;
+        const int n = active_clusters(kernel, clusters, Z, WPC, smem);
+        fits = n >= clusters;
+        if (!fits) clusters = n;
+      }
+      if (!fits) break;  // (more warps a unit only ask for more)
+      const int per_thread = (MT * nch / Z * (L::CE / L::GS) + 32 * WPC - 1) / (32 * WPC);
+      if (per_thread > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
+      const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
+      static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
+      (void)recorded;
+      return launch_kernel_clustered(kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, Z, a);
     }
-    if (!fits) continue;
-    const int per_thread = (MT * nch / Z * (L::CE / L::GS) + 32 * WPC - 1) / (32 * WPC);
-    if (per_thread > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
-    const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
-    static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
-    (void)recorded;
-    return launch_kernel_clustered(kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, Z, a);
   }
   return cudaErrorNotSupported;
 }

@@ -153,10 +153,15 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   // the weights' end (RAG: cp16_part copies a piece past it byte by byte)
   const uintptr_t wend = reinterpret_cast<uintptr_t>(a.w) + (MOE ? a.n_experts * a.expert_bytes : N * a.row_bytes);
   // KS: the CTAs of a cluster read the same units, rank r the r-th of its equal slices of K (a.K is the
-  // slice), and meet in rank 0's shared memory at the end (one unit a warp at most)
+  // slice), and meet in rank 0's shared memory at the end (one unit a warp at most). With a.split = H > 1,
+  // H adjacent warps share a unit, warp h of them reading the h-th of H equal runs of the slice's stages,
+  // and add into the first before the meeting (clusters of 2 whose CTAs have 8 warps at K / 4 each, where
+  // clusters of 4 leave SMs idle: NOTES.md v48). Units are warp-major, so that the warps left without one
+  // spread over the clusters.
   const int rank = KS ? (int)cluster_reg_rank() : 0;
-  const int gw = (KS ? (int)cluster_reg_id() : (int)blockIdx.x) * WPC + warp;
-  const int GW = (KS ? (int)cluster_reg_count() : (int)gridDim.x) * WPC;
+  const int H = KS ? a.split : 1, hw = KS ? warp % H : 0;
+  const int gw = KS ? warp / H * (int)cluster_reg_count() + (int)cluster_reg_id() : (int)blockIdx.x * WPC + warp;
+  const int GW = (KS ? (int)cluster_reg_count() : (int)gridDim.x) * WPC / H;
   const auto wbase = [&]() { return KS ? a.w + (int64_t)rank * nch * L::CB : a.w; };  // rows' first byte of the slice
   // Q6_K (MIS) slices start 4-byte aligned (420-byte chunks): how far past a 16-byte boundary, which
   // every stage's copy start (mis) adds to its offset in the slice
@@ -181,9 +186,11 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   const int xr0 = local ? u0 / hN / a.x_div : 0;
   // x rows with records: dense and EXP, only tokens below M (a padded token's D columns are never stored)
   const int nxl = !local ? (MOE && !EXP ? nx : min(nx, a.M)) : u1 > u0 ? (u1 - 1) / hN / a.x_div - xr0 + 1 : 0;
-  const int j0 = u0 * nst + (int)((int64_t)warp * (u1 - u0) * nst / WPC);
+  // split: the warp's first stage over the CTA's units; KS: its unit's stages [j0, sh1), its run of them
+  const int j0 = split ? u0 * nst + (int)((int64_t)warp * (u1 - u0) * nst / WPC) : hw * nst / H;
+  const int sh1 = (hw + 1) * nst / H;
   int total = split ? u0 * nst + (int)((int64_t)(warp + 1) * (u1 - u0) * nst / WPC) - j0
-                    : (ufirst < u1 ? (u1 - 1 - ufirst) / ustep + 1 : 0) * nst;  // stages this warp reads
+                    : (ufirst < u1 ? (u1 - 1 - ufirst) / ustep + 1 : 0) * (KS ? sh1 - j0 : nst);  // stages this warp reads
   const XT* x = reinterpret_cast<const XT*>(a.x) + (KS ? rank * K : 0) + (int64_t)xr0 * a.x_stride;
   const int nG = K / L::GS, nGp = nch * GPC;  // groups of K; with a short last chunk's padding (RAG)
   // group G of the x rows' padded groups as float (zeros for a token past M: M = 3 on MT = 4, never
@@ -219,7 +226,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
 
   // the warp's stages in order (unit gw + j * GW, chunks CPS * s ...; split: from stage j0 on), the
   // next one into buffer `st`: each warp-wide cp.async covers 512 contiguous bytes of one row
-  int is = split ? j0 % nst : 0, ip = split ? j0 / nst : ufirst, ii = 0;
+  int is = split ? j0 % nst : KS ? j0 : 0, ip = split ? j0 / nst : ufirst, ii = 0;
   const uint8_t* iw = wbase();
   int ilast = 0;  // last row of the unit that exists, counted from its first
   const uint8_t* irow = iw;  // the row the lane copies: EXP (RAG, MT = 8) and the MT = 2 form (not ONE)
@@ -420,7 +427,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   // nx tokens only, and a token past them (never stored) reads row 0's
   const int tb = g < nx ? g : 0, t0 = tok < nx ? tok : 0, t1 = tok + 1 < nx ? tok + 1 : 0;
   float acc[MT == 8 ? 4 : 2] = {};  // (row rho, row rho + MT) x (tok[, tok + 1])
-  int cur = 0, s = split ? j0 % nst : 0, p = split ? j0 / nst : ufirst;  // buffer, stage of the unit, unit of stage i
+  int cur = 0, s = split ? j0 % nst : KS ? j0 : 0, p = split ? j0 / nst : ufirst;  // buffer, stage of the unit, unit of stage i
   int s_head = s;  // the unit's first stage in this warp
   // the unit's x records, first row and output base
   const uint8_t* xrec = recs;
@@ -449,7 +456,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
       row0 = RPU * u;
     }
   };
-  if (total > 0) unit_io(p);
+  if (total > 0 || (KS && p < units)) unit_io(p);  // (KS: a first run of a unit may be empty, nst < H)
   // the unit's sums (lanes (lane & RED) == 0) to rows row0 + rho, row0 + rho + MT of its tokens
   const auto store_unit = [&] {
     if constexpr (EXP) {  // rows 2g, 2g + 1 (slot_row) of tokens tok, tok + 1, to each pair that chose the hit
@@ -690,8 +697,19 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   }
   if constexpr (KS) {  // ranks 1.. put their sums in rank 0's slots [rank - 1][warp][lane], which adds and stores
     const int Z = (int)cluster_reg_size();
+    if (H > 1) {  // warps h > 0 of a unit leave their sums in their own stage buffers (read to the end), for h = 0
+      float4* mine = reinterpret_cast<float4*>(buf) + lane;
+      if (hw > 0) *mine = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      __syncthreads();
+      if (hw == 0) {
+        for (int h = 1; h < H; ++h) {
+          const float4 v = mine[h * S * STAGE / 16];
+          acc[0] += v.x; acc[1] += v.y; acc[2] += v.z; acc[3] += v.w;
+        }
+      }
+    }
     cluster_wait_acquire();  // every CTA of the cluster has started, rank 0's barriers set (the arrive at the top)
-    const bool has_unit = gw < units;
+    const bool has_unit = gw < units && hw == 0;
     if (rank > 0 && has_unit) st_async_rank0_v4(slots + ((size_t)(rank - 1) * WPC + warp) * kKsSums + lane * 4, mbar + warp, acc);
     if (rank == 0 && has_unit) {
       if (lane == 0) mbar_expect_bytes(mbar + warp, (uint32_t)(Z - 1) * kKsSums * 4u);
