@@ -539,8 +539,8 @@ int active_clusters(Kern kernel, int clusters, int z, int WPC, size_t smem) {
   return seen[key] = n;
 }
 // The most warps that share a unit of a K split's CTA: two for Q6_K, MXFP4 and IQ4_XS, one for the
-// others, whose records of twice the slice cost more than the idle SMs give (NOTES.md v48: Q4_0 and Q8_0
-// 7-14% slower at 4096 -> 4096, M = 8). GGUF_KERNELS_FAST_KS_H: that many for every type (1: as before v48).
+// others, which two made slower (NOTES.md v48: Q4_0 and Q8_0 7-14% at 4096 -> 4096, M = 8; most likely
+// the records of twice the slice, not yet measured apart). GGUF_KERNELS_FAST_KS_H: that many for every type (1: as before v48).
 template <int T>
 int ks_max_h() {
   static const int v = env_knob("GGUF_KERNELS_FAST_KS_H", -1);
@@ -563,12 +563,12 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     // H warps a unit (a.split), each reading 1 / H of the slice: where one a unit leaves a CTA fewer than
     // 8 warps (14336 -> 4096 and 4096 -> 4096 at Z = 2: 4), H = 2 gives it 8 on every SM, where Z = 4's
     // clusters sit 30 to the H200 and 9 warps a CTA (NOTES.md v48)
+    FastArgs a = a0;
+    a.K = a0.K / Z;
+    a.S = 2;
+    const size_t fixed = MT * stream_rec_stride<T, MT>(a.K);
     for (int H = 1; H <= ks_max_h<T>(); H *= 2) {
-      FastArgs a = a0;
-      a.K = a0.K / Z;
-      a.S = 2;
       a.split = H;
-      const size_t fixed = MT * stream_rec_stride<T, MT>(a.K);
       int clusters = num_sms() / Z, WPC = 0;
       size_t smem = 0;
       bool fits = false;
