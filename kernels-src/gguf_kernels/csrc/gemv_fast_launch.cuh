@@ -539,8 +539,9 @@ int active_clusters(Kern kernel, int clusters, int z, int WPC, size_t smem) {
   return seen[key] = n;
 }
 // The most warps that share a unit of a K split's CTA: two for Q6_K, MXFP4 and IQ4_XS, one for the
-// others, which two made slower (NOTES.md v48: Q4_0 and Q8_0 7-14% at 4096 -> 4096, M = 8; most likely
-// the records of twice the slice, not yet measured apart). GGUF_KERNELS_FAST_KS_H: that many for every type (1: as before v48).
+// others, which two made slower (NOTES.md v48: Q4_0 and Q8_0 7-14% at 4096 -> 4096, M = 8): each CTA then
+// builds the records of twice the slice, 2.2-4.5 us at 14336 -> 4096 (NOTES.md session 38, bound build
+// v49b). GGUF_KERNELS_FAST_KS_H: that many for every type (1: as before v48).
 template <int T>
 int ks_max_h() {
   static const int v = env_knob("GGUF_KERNELS_FAST_KS_H", -1);
