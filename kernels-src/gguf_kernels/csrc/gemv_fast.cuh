@@ -420,6 +420,11 @@ template <int T> struct Prep {
   // starts its products), two over each half of the group: every type's d16 is the same for all
   // elements of a half (Q4_0: the high nibbles' half; K-quants, Q6_K: whole groups), so beta's
   // code-offset term is (64 or 1024) x each half's sum, not a multiply-add per element.
+  // SWZ (the stream kernels' records in shared memory, consecutive threads building consecutive groups):
+  // the record's 16-byte pieces are stored as piece k ^ rot in the k-th store, rot from the record's
+  // 128-byte line, so that the 8 threads of a 128-bit store's phase write 8 different bank groups (in
+  // order, records of 64 bytes put 4 threads on each: 4-way conflicted; Q6_K's 32 bytes, 2-way)
+  template <bool SWZ = false>
   static GQ_HD void group(const float* xv, int G, int t, int M, uint8_t* xb, uint8_t* xs) {
     float am[4] = {0.f, 0.f, 0.f, 0.f}, s4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -432,6 +437,7 @@ template <int T> struct Prep {
     constexpr bool OFF = T != MXFP4;  // whether the codes carry 1024 (MXFP4's are their values x 2^-14)
     float wh[2] = {1024.f, 1024.f};  // the code offset of each half's elements
     uint32_t* rec = reinterpret_cast<uint32_t*>(xb + ((size_t)G * M + t) * BREC);
+    uint32_t wd[BREC / 4];
 #pragma unroll
     for (int c = 0; c < 4; ++c)
 #pragma unroll
@@ -447,8 +453,30 @@ template <int T> struct Prep {
             const __half hv = __float2half_rn(xv[e] * inv * (d16 ? 0.0625f : 1.f));
             word |= (uint32_t)__half_as_ushort(hv) << (16 * hh);
           }
-          rec[(c * L::STEPS + st) * 2 + r] = word;
+          if constexpr (SWZ) wd[(c * L::STEPS + st) * 2 + r] = word;
+          else rec[(c * L::STEPS + st) * 2 + r] = word;  // (as made: fewer words live)
         }
+    constexpr int NP = BREC / 16;  // 16-byte pieces a record
+    if constexpr (SWZ) {
+      const int rot = (int)((reinterpret_cast<uintptr_t>(rec) >> 7) & (NP - 1));
+      uint4 P[NP];
+#pragma unroll
+      for (int k = 0; k < NP; ++k) P[k] = make_uint4(wd[4 * k], wd[4 * k + 1], wd[4 * k + 2], wd[4 * k + 3]);
+#pragma unroll
+      for (int b = 1; b < NP; b <<= 1) {  // after bit b's swaps, P[k] holds piece k ^ (rot & (2b - 1))
+        const bool sw = rot & b;
+#pragma unroll
+        for (int k = 0; k < NP; ++k) {
+          if (!(k & b)) {
+            const uint4 x = P[k], y = P[k | b];
+            P[k] = sw ? y : x;
+            P[k | b] = sw ? x : y;
+          }
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < NP; ++k) reinterpret_cast<uint4*>(rec)[k ^ rot] = P[k];
+    }
     const float off = OFF ? wh[0] * Slo + wh[1] * Shi : 0.f;
     const float beta = (float)L::Z * S + off;
     constexpr float H = OFF ? 1.f : 16384.f;  // MXFP4: its codes' 2^-14, exactly
@@ -476,10 +504,16 @@ template <int T> struct StreamRecs {
   static GQ_HD int bstride() { return (GPC + 1) * BREC; }
   static GQ_HD int sstride() { return GPC * Prep<T>::gr(1) + 16; }
   static GQ_HD size_t bytes(int K) { return (size_t)chunks(K) * (bstride() + sstride()); }
-  // Group G's records, through Prep<T>::group's layout shifted by the chunk's spare records.
+  // Whether the MT = 8 kernel stores its records in Prep::group's conflict-free order: measured faster only
+  // for these (NOTES.md session 39: Q5_K 14336 -> 4096 M = 8 -0.6 us); Q6_K's 2-way stores were slower by
+  // 0.25-0.35 us, Q8_0 and the two-warp types unchanged.
+  static constexpr bool SWZ8 = T == Q4_0 || T == Q4_K || T == Q5_K;
+  // Group G's records, through Prep<T>::group's layout shifted by the chunk's spare records (SWZ: its
+  // stores in the conflict-free order).
+  template <bool SWZ = false>
   static GQ_HD void group(const float* xv, int G, int K, uint8_t* recs) {
     const int ch = G / GPC;
-    Prep<T>::group(xv, G, 0, 1, recs + ch * BREC, recs + (size_t)chunks(K) * bstride() + ch * 16);
+    Prep<T>::template group<SWZ>(xv, G, 0, 1, recs + ch * BREC, recs + (size_t)chunks(K) * bstride() + ch * 16);
   }
 };
 

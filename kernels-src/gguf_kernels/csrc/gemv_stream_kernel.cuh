@@ -397,7 +397,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
 #pragma unroll
       for (int i = 0; i < L::GS / 8; ++i) piece_floats<XT>(r0[i], v + 8 * i);
       const int xr = G / nGp;
-      R::group(v, G - xr * nGp, K, recs + rec_off(xr));
+      R::template group<R::SWZ8>(v, G - xr * nGp, K, recs + rec_off(xr));
 #pragma unroll
       for (int i = 0; i < L::GS / 8; ++i) r0[i] = rn[i];
     }

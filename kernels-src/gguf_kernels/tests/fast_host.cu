@@ -207,9 +207,12 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
   std::vector<uint8_t> recs(MT * RB, 0xFF);
   const std::vector<float> zeros(L::GS, 0.f);
   for (int t = 0; t < M; ++t)
-    for (int G = 0; G < nch * GPC; ++G)
-      SR::group(G < nG ? x + (size_t)t * K + (size_t)G * L::GS : zeros.data(), G, K,
-                recs.data() + stream_rec_off(t, RB, MT));
+    for (int G = 0; G < nch * GPC; ++G) {
+      const float* xg = G < nG ? x + (size_t)t * K + (size_t)G * L::GS : zeros.data();
+      uint8_t* rt = recs.data() + stream_rec_off(t, RB, MT);
+      if (MT == 8) SR::template group<SR::SWZ8>(xg, G, K, rt);  // as the kernel (SWZ8 types: the stores in the rotated order)
+      else SR::group(xg, G, K, rt);
+    }
   const uint8_t* srecs = recs.data() + (size_t)nch * SR::bstride();  // token 0's {sigma, -beta, ., ., S}
   std::vector<uint8_t> stage_mem(RPU * RS + 16);
   uint8_t* st = reinterpret_cast<uint8_t*>(((uintptr_t)stage_mem.data() + 15) & ~(uintptr_t)15);
