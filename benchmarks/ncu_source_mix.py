@@ -4,7 +4,8 @@
     python benchmarks/ncu_source_mix.py rep.csv [more.csv ...]
 
 prints each file's warp instructions by opcode (share of all, share of the stall samples) and the
-stall reasons over 2% of the samples (NOTES.md v20)."""
+stall reasons over 2% of the samples (NOTES.md v20), then the SASS lines whose shared-memory accesses
+take the most wavefronts beyond the conflict-free count (bank conflicts, NOTES.md session 39)."""
 import collections
 import csv
 import re
@@ -33,6 +34,17 @@ def summarize(path: str, top: int = 16) -> None:
         print(f"  {op:10s} {c:10d} {100 * c / n:5.1f}%   stalls {100 * stalls[op] / s:5.1f}%")
     w = max(1, sum(why.values()))
     print("  stalls: " + ", ".join(f"{k} {100 * v / w:.0f}%" for k, v in why.most_common() if v > 0.02 * w))
+    excess = [i for i, h in enumerate(head) if "Shared Excessive" in h]
+    if not excess:
+        print("  (no shared-excessive column; shared columns: %s)" % [h for h in head if "Shared" in h])
+        return
+    i_x = excess[0]
+    lines = [(int(r[i_x]), r[0], r[i_src].strip(), int(r[i_ex])) for r in body
+             if len(r) > max(i_x, i_ex) and r[i_x].isdigit() and int(r[i_x]) > 0]
+    total = sum(x for x, *_ in lines)
+    print(f"  {head[i_x]}: {total} over {len(lines)} lines; the most:")
+    for x, addr, src, ex in sorted(lines, reverse=True)[:top // 2]:
+        print(f"    {x:9d} {100 * x / max(1, total):5.1f}%  {addr:>6s}  x{ex:<8d} {src}")
 
 
 if __name__ == "__main__":
