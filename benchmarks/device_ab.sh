@@ -6,8 +6,10 @@
 # BASE=DIR picks B's tree; BASE2=DIR adds a third tree (C, run A, B, C, A, B, C), e.g. another value of
 # a compile-time constant; AB_ENV="VAR=value ..." adds A rows with each setting (a knob's other values);
 # AB_TESTS="tests/x.py::test_a ..." then runs those tests on A's build, and again under memcheck.
+# Each run's table goes to $OUT (LABEL.md); its log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool brings
+# back only ~8 files (session 39 lost a tree's tables to the logs).
 set -o pipefail
-OUTD=${OUT:-/tmp/gguf_out}; mkdir -p "$OUTD"
+OUTD=${OUT:-/tmp/gguf_out}; LOGD=/tmp/ab_logs; mkdir -p "$OUTD" "$LOGD"
 source benchmarks/device_setup.sh
 BASE=${BASE:-.dev/base/kernels-src/gguf_kernels}
 # each build's own status (a build left in /tmp/ka or /tmp/kb by an earlier call must not pass for it)
@@ -18,7 +20,7 @@ wait $pa && wait $pb && { [ -z "$BASE2" ] || wait $pc; } || exit 1
 run() {  # run LABEL KERNELS [ENV...]
   local label=$1 kdir=$2; shift 2
   env "$@" GGUF_QUANT_KERNELS=$kdir python3 benchmarks/bench_matmul.py "${ARGS[@]}" --out "$OUTD/$label.md" \
-    > "$OUTD/$label.log" 2>&1 || tail -5 "$OUTD/$label.log"
+    > "$LOGD/$label.log" 2>&1 || tail -5 "$LOGD/$label.log"
   echo "## $label ($kdir $*)"; grep "^| [a-z]" "$OUTD/$label.md"
 }
 ARGS=("$@")
@@ -28,6 +30,6 @@ el "timing done"
 if [ -n "$AB_TESTS" ]; then
   GGUF_QUANT_KERNELS=/tmp/ka timeout 300 python3 -m pytest $AB_TESTS -q -p no:cacheprovider 2>&1 | tail -3
   el "tests done"
-  GGUF_QUANT_KERNELS=/tmp/ka python3 benchmarks/sanitize_suite.py --shards 2 --timeout 300 $AB_TESTS
+  GGUF_QUANT_KERNELS=/tmp/ka python3 benchmarks/sanitize_suite.py --shards 2 --timeout 300 --logs $LOGD/sanitize $AB_TESTS
   el "memcheck done"
 fi
