@@ -6,8 +6,8 @@
 # BASE=DIR picks B's tree; BASE2=DIR adds a third tree (C, run A, B, C, A, B, C), e.g. another value of
 # a compile-time constant; AB_ENV="VAR=value ..." adds A rows with each setting (a knob's other values);
 # AB_TESTS="tests/x.py::test_a ..." then runs those tests on A's build, and again under memcheck.
-# Each run's table goes to $OUT (LABEL.md); its log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool brings
-# back only ~8 files (session 39 lost a tree's tables to the logs).
+# Each run's table goes to $OUT (LABEL.md); its log, and the memcheck shards', stay in /tmp/ab_logs,
+# since the device tool brings back only ~8 files (session 39 lost a tree's tables to the logs).
 set -o pipefail
 OUTD=${OUT:-/tmp/gguf_out}; LOGD=/tmp/ab_logs; mkdir -p "$OUTD" "$LOGD"
 source benchmarks/device_setup.sh

@@ -2,8 +2,8 @@
 # On the GPU machine, from the repository root: what a kernel waits on, per case, in one call. Builds this
 # tree's kernels, then for each case runs benchmarks/profile_case.py under ncu (the one profiled launch,
 # kernels matching REGEX) and prints its launch figures (grid, registers, occupancy, cycles a warp waits
-# per issued instruction, shared-memory wavefronts and bank conflicts) and benchmarks/ncu_source_mix.py's instruction mix,
-# stall reasons and the SASS lines with the most excess shared wavefronts.
+# per issued instruction, shared-memory wavefronts and bank conflicts) and benchmarks/ncu_source_mix.py's
+# instruction mix, stall reasons and the SASS lines with the most excess shared wavefronts.
 #   bash benchmarks/device_ncu.sh REGEX CASE [CASE ...]      (needs .whl/ carried)
 #   e.g. bash benchmarks/device_ncu.sh gemv_stream moe:Q4_K:768:2048:128:8:1:pair moe:MXFP4:2880:2880:32:4:1
 # CASE as profile_case.py takes it (dense:TYPE:K:N:M, moe:TYPE:K:N:E:top_k:T[:pair]). NCU_ENVS="A|B|..." runs
