@@ -456,8 +456,9 @@ template <int T> struct Prep {
           if constexpr (SWZ) wd[(c * L::STEPS + st) * 2 + r] = word;
           else rec[(c * L::STEPS + st) * 2 + r] = word;  // (as made: fewer words live)
         }
-    constexpr int NP = BREC / 16;  // 16-byte pieces a record
     if constexpr (SWZ) {
+      // the pieces moved by selects, since wd[4 * (k ^ rot)] (a run-time index) would put wd on the stack
+      constexpr int NP = BREC / 16;  // 16-byte pieces a record
       const int rot = (int)((reinterpret_cast<uintptr_t>(rec) >> 7) & (NP - 1));
       uint4 P[NP];
 #pragma unroll
