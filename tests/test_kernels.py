@@ -212,7 +212,43 @@ def test_matmul_stream_ks_warps_a_unit(h):
     """GGUF_KERNELS_FAST_KS_H=h, in a child, test_matmul_stream_ksplit's M = 5 and 8: the K split's
     launches with one warp a unit for every type (clusters of 4 with 9 warps a CTA at N = 4095, as
     before v48), and with two for every type (by default only Q6_K, MXFP4 and IQ4_XS take two)."""
-    run_child({"GGUF_KERNELS_FAST_KS_H": h}, f"{__file__}::test_matmul_stream_ksplit", "5] or 8]", "14 passed")
+    env = {"GGUF_KERNELS_FAST_KS_H": h, "GGUF_KERNELS_FAST_KS_GRID": "0"}  # (the grid has one warp a unit)
+    run_child(env, f"{__file__}::test_matmul_stream_ksplit", "5] or 8]", "14 passed")
+
+
+def test_matmul_stream_ks_grid():
+    """The K split over a plain grid, its slices meeting at the grid barrier of a cooperative launch (v55:
+    ranks 1 .. Z - 1 store their sums in a buffer of the call, rank 0 adds them after the barrier), taken
+    by default only at K >= 8192 for the K-quants, MXFP4 and IQ4_XS. In children:
+    GGUF_KERNELS_FAST_KS_GRID=1 (the grid wherever it fits) on test_matmul_stream_ksplit (every type,
+    M = 3..8, 2 to 8 slices, Q6_K's 4-byte aligned ones), the dependent-launch chain in a CUDA graph at
+    M = 8 (replays of cooperative kernel nodes) and launches on two streams at once; then
+    GGUF_KERNELS_FAST_KS_GRID=0 (clusters everywhere) on test_matmul_stream_ksplit."""
+    run_child({"GGUF_KERNELS_FAST_KS_GRID": "1"}, __file__,
+              "test_matmul_stream_ksplit or (test_matmul_dependent_launch_chain and 8]) or test_matmul_ks_two_streams",
+              "41 passed")
+    run_child({"GGUF_KERNELS_FAST_KS_GRID": "0"}, f"{__file__}::test_matmul_stream_ksplit", "", "35 passed")
+
+
+def test_matmul_ks_two_streams(rng):
+    """M = 8 matmuls of the K split (14336 -> 4095: four slices; Q4_K: over the grid) on two streams at once, each stream's
+    calls back to back: every output matches its reference (each call's meeting buffer is its own)."""
+    name, N, K = "Q4_K", 4095, 14336
+    w = [random_packed(name, (N,), K, rng) for _ in range(2)]
+    d = [ref_dequant(p, name).double() for p in w]
+    xs = [[torch.randn(8, K, device=DEV, dtype=torch.bfloat16) for _ in range(6)] for _ in range(2)]
+    streams = [torch.cuda.Stream(DEV) for _ in range(2)]
+    KMOD.matmul(xs[0][0], w[0], qid(name))  # launch attributes before the race
+    torch.cuda.synchronize()
+    outs = [[], []]
+    for i in range(6):
+        for s in range(2):
+            with torch.cuda.stream(streams[s]):
+                outs[s].append(KMOD.matmul(xs[s][i], w[s], qid(name)))
+    torch.cuda.synchronize()
+    for s in range(2):
+        for i in range(6):
+            assert rel_err(outs[s][i], xs[s][i].double() @ d[s].T) <= TOL[torch.bfloat16], (s, i)
 
 
 def test_matmul_stream_smem_cap():

@@ -22,6 +22,10 @@ cudaError_t launch_gemv_stream_any(int qtype, const GemvArgs& a, DType xt, cudaS
                         [&](auto t) { return launch_gemv_stream<decltype(t)::value>(a, xt, stream); });
 }
 
+size_t gemv_stream_ks_part_any(int qtype, int N, int K, int M) {
+  return with_fast_type(qtype, (size_t)0, [&](auto t) { return gemv_stream_ks_part<decltype(t)::value>(N, K, M); });
+}
+
 size_t gemv_fast_scratch_any(int qtype, int K, int M, int64_t row_bytes) {
   return with_fast_type(qtype, (size_t)0, [&](auto t) { return gemv_fast_scratch<decltype(t)::value>(K, M, row_bytes); });
 }

@@ -2,6 +2,7 @@
 // helpers, the prep kernel and gemv_fast_kernel (v4). The stream kernel is in gemv_stream_kernel.cuh,
 // the launch rules in gemv_fast_launch.cuh; each fast_*.cu instantiates them for one type.
 #pragma once
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -80,6 +81,30 @@ __device__ __forceinline__ void st_async_rank0_v4(float* local, uint64_t* bar, c
                "r"(__float_as_uint(v[3])), "r"(b)
                : "memory");
 }
+constexpr int kKsGridMaxZ = 8;  // the most slices of a K split over a plain grid
+// The K split's meeting over a plain grid (a.gz; NOTES.md v55), a cooperative launch: ranks 1 .. Z - 1 of a
+// unit store their 32 x 4 sums in their slots of `part` (a buffer of any content, one a call), the whole
+// grid meets at the grid barrier (cooperative groups: the driver's own barrier word, fresh for every launch
+// and graph replay, with the GPU-scope ordering of its fence and atomic), and rank 0 adds the slots in rank
+// order (as rank 0 of a cluster does: the same sums, bit for bit). Every thread of the grid must call it.
+__device__ __forceinline__ bool ks_meet_grid(float* part, int Z, int rank, int lane, bool has_unit, float (&acc)[4]) {
+  float4* slot = reinterpret_cast<float4*>(part) + lane;  // rank r's: slot + r * 32
+  if (has_unit && rank > 0) slot[rank * 32] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  cooperative_groups::this_grid().sync();
+  if (!has_unit || rank > 0) return false;
+  float4 v[kKsGridMaxZ];  // every slot asked for before the first is added: one L2 round trip
+#pragma unroll
+  for (int r = 1; r < kKsGridMaxZ; ++r) {
+    if (r < Z) v[r] = __ldcg(slot + r * 32);
+  }
+#pragma unroll
+  for (int r = 1; r < kKsGridMaxZ; ++r) {
+    if (r < Z) {
+      acc[0] += v[r].x; acc[1] += v[r].y; acc[2] += v[r].z; acc[3] += v[r].w;
+    }
+  }
+  return true;
+}
 __device__ __forceinline__ void grid_dep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void grid_dep_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
@@ -119,6 +144,12 @@ struct FastArgs {
   const void* ids;
   int ids64, n_experts, P, x_div, nx, local;
   int64_t expert_bytes, x_stride;
+  // The K split over a plain grid (gemv_stream_kernel, KS; NOTES.md v53, v55): gz > 0 slices of K, CTA b
+  // rank b % gz of the units of b / gz, meeting at a grid barrier (ks_meet_grid): part holds each unit's
+  // gz x kKsSums floats (part_bytes, any content). gz = 0: over a cluster.
+  int gz;
+  float* part;
+  size_t part_bytes;
 };
 
 // gemv_stream_kernel's MoE tables in shared memory, in ints: the pairs' experts (sid, padded), then for

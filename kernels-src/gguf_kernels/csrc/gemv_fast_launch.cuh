@@ -547,6 +547,58 @@ int ks_max_h() {
   static const int v = env_knob("GGUF_KERNELS_FAST_KS_H", -1);
   return v > 0 ? v : (T == Q6_K || T == MXFP4 || T == IQ4_XS) ? 2 : 1;
 }
+// The K split over a plain grid (a.gz, NOTES.md v53, v55): its Z slices meet at the grid barrier of a
+// cooperative launch, so the CTAs need not sit Z to a GPC (clusters of 4 fit 30 to the H200's 132 SMs,
+// leaving 9 warps a CTA at 14336 -> 4096 where the grid has 8 on 128 SMs). The barrier costs ~1 us more
+// than the clusters' meeting, so by default only where the geometry wins more (ks_grid_auto);
+// GGUF_KERNELS_FAST_KS_GRID=1 takes it wherever it fits, 0 never.
+inline int knob_ks_grid() {
+  static const int v = env_knob("GGUF_KERNELS_FAST_KS_GRID", -1);
+  return v;
+}
+// Where the grid is taken by default (v55, H200, M = 5 and 8): K >= 8192 (14336 -> 4096: 9 warps a CTA
+// over clusters against 8 over the grid) for the types whose slices take longest a weight (Q4_K -2.3,
+// Q5_K -2.0, Q6_K -3.0, MXFP4 -1.0, IQ4_XS -0.9 us at M = 8); Q4_0 (+0.5) and Q8_0 (+1.4) and every
+// K = 4096 (+0.3 to +1.5 us) lose to the barrier's cost.
+template <int T>
+constexpr bool ks_grid_auto(int K, int M) {
+  return K >= 8192 && M >= 5 && (T == Q4_K || T == Q5_K || T == Q6_K || T == MXFP4 || T == IQ4_XS);
+}
+struct KsGridPlan {
+  int Z = 0, ctas = 0, WPC = 0;  // Z = 0: no plan
+  size_t smem = 0;
+};
+// The grid's plan for M tokens: CTAs a slice and warps a CTA (one unit each, one CTA an SM), on the
+// clusters' rules (slices of whole chunks and 16-byte runs; the fewest slices that give 8 warps a CTA).
+template <int T>
+KsGridPlan ks_grid_plan(int N, int K, int M) {
+  using L = FT<T>;
+  constexpr int MT = 8;
+  const int ks = knob_ks(), kg = knob_ks_grid();
+  if (kg == 0 || ks == 0 || M > 8 || !ks_first<T>(M, N)) return {};
+  const int nch = K / L::CE, units = (N + 2 * MT - 1) / (2 * MT);
+  for (int Z : {2, 4, 8}) {
+    if ((ks > 0 && Z != ks) || nch % Z != 0 || (nch / Z * L::CB) % (L::MIS ? 4 : 16) != 0 || num_sms() < Z) continue;
+    KsGridPlan p;
+    p.Z = Z;
+    p.WPC = (units + num_sms() / Z - 1) / (num_sms() / Z);
+    p.ctas = (units + p.WPC - 1) / p.WPC;
+    p.smem = std::max(MT * stream_rec_stride<T, MT>(K / Z) + (size_t)p.WPC * 2 * 2 * MT * stream_rs<T, MT, false>(),
+                      (size_t)(dev_props().smem / 2 - dev_props().reserved + 16));
+    const int per_thread = (MT * nch / Z * (L::CE / L::GS) + 32 * p.WPC - 1) / (32 * p.WPC);
+    if (p.WPC > 16 || p.smem > stream_smem_cap() || per_thread > 8) continue;
+    if (ks < 0 && p.WPC < 8 && Z < kKsGridMaxZ) continue;
+    if (kg < 0 && !ks_grid_auto<T>(K, M)) return {};
+    return p;
+  }
+  return {};
+}
+// Bytes of the grid's meeting buffer (GemvArgs::ks_part) for a dense matmul, 0 where it is not taken.
+template <int T>
+size_t ks_part_bytes(int N, int K, int M) {
+  const KsGridPlan p = ks_grid_plan<T>(N, K, M);
+  return p.Z ? (size_t)(N + 15) / 16 * p.Z * kKsSums * 4 : 0;
+}
 template <int T, typename XT>
 cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   using L = FT<T>;
@@ -557,6 +609,34 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   const auto kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true>;
   if (stream_attrs<T, XT, false, MT, false, false, true>() != cudaSuccess) return cudaErrorNotSupported;
   const DevProps& sm = dev_props();
+  static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
+  (void)recorded;
+  const KsGridPlan g = ks_grid_plan<T>(a0.N, a0.K, a0.M);
+  if (g.Z && a0.part && a0.part_bytes >= (size_t)units * g.Z * kKsSums * 4) {
+    FastArgs a = a0;
+    a.K = a0.K / g.Z;
+    a.S = 2;
+    a.split = 1;
+    a.gz = g.Z;
+    // a cooperative launch (all its CTAs resident at once: one an SM, at most the SM count), as a
+    // dependent launch where the driver takes both attributes; else the clusters below
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(g.ctas * g.Z);
+    cfg.blockDim = dim3(32 * g.WPC);
+    cfg.dynamicSmemBytes = g.smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[2] = {};
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    for (int n : {follows_stream_kernel(stream) && !knob_pdl_off() ? 2 : 1, 1}) {
+      cfg.numAttrs = n;
+      if (cudaLaunchKernelEx(&cfg, kernel, a) == cudaSuccess) return cudaGetLastError();
+      cudaGetLastError();
+    }
+  }
   for (int Z : {2, 4, 8}) {
     // slices of whole chunks, starting 16-byte aligned in every row (Q6_K: 4-byte, its stages' copies
     // start at the 16-byte boundary below, kph)
@@ -586,8 +666,6 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       const int per_thread = (MT * nch / Z * (L::CE / L::GS) + 32 * WPC - 1) / (32 * WPC);
       if (per_thread > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
       const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
-      static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
-      (void)recorded;
       return launch_kernel_clustered(kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, Z, a);
     }
   }
@@ -600,6 +678,7 @@ inline FastArgs fast_args(const GemvArgs& ga, DType xt) {
   a.out = ga.out; a.out_stride = ga.out_stride;
   a.out_bf16 = xt == DType::BF16;
   a.ids = ga.ids; a.ids64 = ga.ids64; a.n_experts = ga.n_experts; a.x_div = ga.x_div; a.expert_bytes = ga.expert_bytes;
+  a.part = static_cast<float*>(ga.ks_part); a.part_bytes = ga.ks_part_bytes;
   return a;
 }
 // gemv_stream_kernel for a dense matmul, no scratch; cudaErrorNotSupported when it does not take the case.
@@ -794,6 +873,10 @@ size_t gemv_fast_scratch(int K, int M, int64_t row_bytes) {
   return fast::scratch_bytes<T>(K, M, row_bytes);
 }
 template <int T>
+size_t gemv_stream_ks_part(int N, int K, int M) {
+  return fast::ks_part_bytes<T>(N, K, M);
+}
+template <int T>
 cudaError_t launch_gemv_stream(const GemvArgs& a, DType xt, cudaStream_t stream) {
   return fast::launch_stream_any_m<T>(a, xt, stream);
 }
@@ -809,6 +892,7 @@ cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, int min_chu
 
 #define GQ_FAST_INSTANTIATE(T)                                        \
   template size_t gemv_fast_scratch<T>(int, int, int64_t);           \
+  template size_t gemv_stream_ks_part<T>(int, int, int);              \
   template cudaError_t launch_gemv_stream<T>(const GemvArgs&, DType, cudaStream_t);  \
   template cudaError_t launch_gemv_fast<T>(const GemvArgs&, DType, void*, size_t, cudaStream_t); \
   template cudaError_t launch_gemv_fast_moe<T>(const GemvArgs&, DType, int, int, cudaStream_t);

@@ -157,11 +157,15 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   // H adjacent warps share a unit, warp h of them reading the h-th of H equal runs of the slice's stages,
   // and add into the first before the meeting (clusters of 2 whose CTAs have 8 warps at K / 4 each, where
   // clusters of 4 leave SMs idle: NOTES.md v48). Units are warp-major, so that the warps left without one
-  // spread over the clusters.
-  const int rank = KS ? (int)cluster_reg_rank() : 0;
+  // spread over the clusters. a.gz = Z > 0 (NOTES.md v53): the same over a plain grid, CTAs [cZ, cZ + Z)
+  // standing for cluster c, meeting at the grid barrier of a cooperative launch (ks_meet_grid, v55), so
+  // that no GPC leaves SMs idle.
+  const int gz = KS ? a.gz : 0;
+  const int rank = !KS ? 0 : gz ? (int)blockIdx.x % gz : (int)cluster_reg_rank();
+  const int ncl = !KS ? 0 : gz ? (int)gridDim.x / gz : (int)cluster_reg_count();  // clusters of the grid
   const int H = KS ? a.split : 1, hw = KS ? warp % H : 0;
-  const int gw = KS ? warp / H * (int)cluster_reg_count() + (int)cluster_reg_id() : (int)blockIdx.x * WPC + warp;
-  const int GW = (KS ? (int)cluster_reg_count() : (int)gridDim.x) * WPC / H;
+  const int gw = KS ? warp / H * ncl + (gz ? (int)blockIdx.x / gz : (int)cluster_reg_id()) : (int)blockIdx.x * WPC + warp;
+  const int GW = (KS ? ncl : (int)gridDim.x) * WPC / H;
   const auto wbase = [&]() { return KS ? a.w + (int64_t)rank * nch * L::CB : a.w; };  // rows' first byte of the slice
   // Q6_K (MIS) slices start 4-byte aligned (420-byte chunks): how far past a 16-byte boundary, which
   // every stage's copy start (mis) adds to its offset in the slice
@@ -169,7 +173,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   // KS: the meeting's slots (ranks 1.., a warp's 32 x 4 sums each) and rank 0's barriers, after the stages
   float* slots = reinterpret_cast<float*>(recs + nx * RB + (size_t)WPC * S * STAGE);
   uint64_t* mbar = reinterpret_cast<uint64_t*>(slots + (KS ? ((int)cluster_reg_size() - 1) * WPC * kKsSums : 0));
-  if constexpr (KS) {
+  if (KS && !gz) {
     if (rank == 0 && lane == 0) mbar_init_cluster(mbar + warp);
     cluster_arrive_relaxed();  // (waited on before the first store into rank 0)
   }
@@ -696,7 +700,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
     }
   }
   if constexpr (KS) {  // ranks 1.. put their sums in rank 0's slots [rank - 1][warp][lane], which adds and stores
-    const int Z = (int)cluster_reg_size();
+    const int Z = gz ? gz : (int)cluster_reg_size();
     if (H > 1) {  // warps h > 0 of a unit leave their sums in their own stage buffers (read to the end), for h = 0
       float4* mine = reinterpret_cast<float4*>(buf) + lane;
       if (hw > 0) *mine = make_float4(acc[0], acc[1], acc[2], acc[3]);
@@ -708,8 +712,13 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
         }
       }
     }
-    cluster_wait_acquire();  // every CTA of the cluster has started, rank 0's barriers set (the arrive at the top)
     const bool has_unit = gw < units && hw == 0;
+    if (gz) {  // rank 0 adds and stores, after the grid barrier (every warp of the grid reaches it)
+      if (ks_meet_grid(a.part + (size_t)min(gw, units - 1) * Z * kKsSums, Z, rank, lane, has_unit, acc)) store_unit();
+      cp_async_wait<0>();
+      return;
+    }
+    cluster_wait_acquire();  // every CTA of the cluster has started, rank 0's barriers set (the arrive at the top)
     if (rank > 0 && has_unit) st_async_rank0_v4(slots + ((size_t)(rank - 1) * WPC + warp) * kKsSums + lane * 4, mbar + warp, acc);
     if (rank == 0 && has_unit) {
       if (lane == 0) mbar_expect_bytes(mbar + warp, (uint32_t)(Z - 1) * kKsSums * 4u);

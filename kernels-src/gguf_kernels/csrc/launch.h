@@ -127,6 +127,8 @@ struct GemvArgs {
   const int* sorted;      // chunks mode: pair indices grouped by expert
   const int4* chunks;     // chunks mode: {expert or -1, start in sorted, count, 0}
   int mode;
+  void* ks_part;          // dense M = 3..8: the K split's meeting buffer over a plain grid (any content), or null
+  size_t ks_part_bytes;   // its bytes (gemv_stream_ks_part_any)
 };
 
 constexpr int GEMV_ROWS_PER_CTA = 16;  // 8 warps x 2 rows
@@ -174,6 +176,8 @@ cudaError_t launch_gemv_stream(const GemvArgs& a, DType xt, cudaStream_t stream)
 template <int T>
 size_t gemv_fast_scratch(int K, int M, int64_t row_bytes);
 template <int T>
+size_t gemv_stream_ks_part(int N, int K, int M);
+template <int T>
 cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 // MoE pairs (a.mode == GEMV_PAIRS, P pairs) on the fast path's M = 1 kernel: cudaErrorNotSupported
 // when it does not take the case (type, K, dtype, the x rows' records too large, or rows that are not
@@ -193,6 +197,8 @@ size_t tile_fast_scratch_any(int qtype, int N, int K, int M, int64_t row_bytes);
 cudaError_t launch_tile_fast_any(int qtype, const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes,
                                  cudaStream_t stream);
 cudaError_t launch_gemv_stream_any(int qtype, const GemvArgs& a, DType xt, cudaStream_t stream);
+// Bytes of GemvArgs::ks_part that launch_gemv_stream_any will use for this dense matmul (0: none).
+size_t gemv_stream_ks_part_any(int qtype, int N, int K, int M);
 size_t gemv_fast_scratch_any(int qtype, int K, int M, int64_t row_bytes);
 cudaError_t launch_gemv_fast_any(int qtype, const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes,
                                  cudaStream_t stream);

@@ -287,7 +287,11 @@ at::Tensor matmul(const at::Tensor& x, const at::Tensor& packed, int64_t qtype) 
     // M <= 8 with rows a multiple of 16 bytes: the stream kernel, else the fast kernel (prep of x +
     // scale-after-mma), where they take the type.
     if (use_mma(xt) && M <= fast_max_m()) {
-      const cudaError_t e = gq::launch_gemv_stream_any((int)qtype, a, xt, stream);
+      gq::GemvArgs sa = a;  // the K split's meeting buffer, where it meets in global memory
+      sa.ks_part_bytes = gq::gemv_stream_ks_part_any((int)qtype, (int)N, (int)K, (int)M);
+      at::Tensor part = sa.ks_part_bytes ? at::empty({(int64_t)sa.ks_part_bytes}, p.options()) : at::Tensor();
+      sa.ks_part = sa.ks_part_bytes ? part.data_ptr() : nullptr;
+      const cudaError_t e = gq::launch_gemv_stream_any((int)qtype, sa, xt, stream);
       if (e != cudaErrorNotSupported) {
         check_cuda(e, "matmul (small M, stream)");
         return out.reshape(oshape);
