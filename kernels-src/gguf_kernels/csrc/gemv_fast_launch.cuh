@@ -229,10 +229,10 @@ inline size_t stream_smem_cap() {
 // Raises gemv_stream_kernel<...>'s dynamic shared memory to stream_smem_cap() on the current device,
 // with all of the SM's shared memory as carve-out (else the driver may keep L1 and fit fewer CTAs
 // than stream_ctas_per_sm counts). Once a device and instantiation.
-template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE, bool KS = false>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE, bool KS = false, bool GZ = false>
 cudaError_t stream_attrs() {
   static std::atomic<uint64_t> done{0};
-  return smem_attrs_once(done, gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE, KS>, stream_smem_cap(), 100);
+  return smem_attrs_once(done, gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE, KS, GZ>, stream_smem_cap(), 100);
 }
 // Resident CTAs per SM of gemv_stream_kernel<T, XT, MOE, MT> with WPC warps and `smem` bytes: registers,
 // shared memory and threads, from the function's attributes (read once) and the current device's
@@ -556,13 +556,13 @@ inline int knob_ks_grid() {
   static const int v = env_knob("GGUF_KERNELS_FAST_KS_GRID", -1);
   return v;
 }
-// Where the grid is taken by default (v55, H200, M = 5 and 8): K >= 8192 (14336 -> 4096: 9 warps a CTA
-// over clusters against 8 over the grid) for the types whose slices take longest a weight (Q4_K -2.3,
-// Q5_K -2.0, Q6_K -3.0, MXFP4 -1.0, IQ4_XS -0.9 us at M = 8); Q4_0 (+0.5) and Q8_0 (+1.4) and every
-// K = 4096 (+0.3 to +1.5 us) lose to the barrier's cost.
+// Where the grid is taken by default (v56, H200): K >= 12288 (14336 -> 4096, where clusters of 4 sit 30
+// to the GPU and leave 9 warps a CTA, or Z = 2 with two warps a unit), for the K-quants from M = 4
+// (-1.6 to -3.3 us) and MXFP4, IQ4_XS from M = 6 (-0.5 to -1.2 us; even at M = 4, 5). Q4_0 (+0.5), Q8_0
+// (+1.4) and K <= 8192 (-0.6 to +0.8 us by type, +0.3 to +1.5 at 4096) lose to the barrier's cost.
 template <int T>
 constexpr bool ks_grid_auto(int K, int M) {
-  return K >= 8192 && M >= 5 && (T == Q4_K || T == Q5_K || T == Q6_K || T == MXFP4 || T == IQ4_XS);
+  return K >= 12288 && (((T == Q4_K || T == Q5_K || T == Q6_K) && M >= 4) || ((T == MXFP4 || T == IQ4_XS) && M >= 6));
 }
 struct KsGridPlan {
   int Z = 0, ctas = 0, WPC = 0;  // Z = 0: no plan
@@ -612,7 +612,11 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
   (void)recorded;
   const KsGridPlan g = ks_grid_plan<T>(a0.N, a0.K, a0.M);
-  if (g.Z && a0.part && a0.part_bytes >= (size_t)units * g.Z * kKsSums * 4) {
+  const auto grid_kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true, true>;
+  if (g.Z && a0.part && a0.part_bytes >= (size_t)units * g.Z * kKsSums * 4 &&
+      stream_attrs<T, XT, false, MT, false, false, true, true>() == cudaSuccess) {
+    static const bool grid_recorded = stream_kernel_seen(reinterpret_cast<const void*>(grid_kernel), true);
+    (void)grid_recorded;
     FastArgs a = a0;
     a.K = a0.K / g.Z;
     a.S = 2;
@@ -633,7 +637,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     cfg.attrs = attr;
     for (int n : {follows_stream_kernel(stream) && !knob_pdl_off() ? 2 : 1, 1}) {
       cfg.numAttrs = n;
-      if (cudaLaunchKernelEx(&cfg, kernel, a) == cudaSuccess) return cudaGetLastError();
+      if (cudaLaunchKernelEx(&cfg, grid_kernel, a) == cudaSuccess) return cudaGetLastError();
       cudaGetLastError();
     }
   }

@@ -88,7 +88,7 @@ constexpr int stream_reg_cap() {
   return RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || MT == 4) && (T == MXFP4 || T == IQ4_XS || T == Q6_K)) ? 128
                                                                                                                 : 96;
 }
-template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool KS = false>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool KS = false, bool GZ = false>
 __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_stream_kernel(const FastArgs a) {
   using L = FT<T>;
   using R = StreamRecs<T>;
@@ -115,6 +115,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   constexpr int IB = flat_item_bytes<T>(), FSB = flat_slot_bytes<T, RAG>();  // FLAT: bytes an item, a slot
   using FL = FlatLane<T, RAG && FLAT>;
   static_assert(!KS || (MT == 8 && !MOE && !RAG), "K split over a cluster: dense MT = 8");
+  static_assert(!GZ || KS, "GZ: the K split over a plain grid");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
   const int RS = stream_rs<T, MT, RAG>(), STAGE = FLAT ? 16 * FSB : RPU * RS;
   const int GR = Prep<T>::gr(1);
@@ -159,8 +160,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   // clusters of 4 leave SMs idle: NOTES.md v48). Units are warp-major, so that the warps left without one
   // spread over the clusters. a.gz = Z > 0 (NOTES.md v53): the same over a plain grid, CTAs [cZ, cZ + Z)
   // standing for cluster c, meeting at the grid barrier of a cooperative launch (ks_meet_grid, v55), so
-  // that no GPC leaves SMs idle.
-  const int gz = KS ? a.gz : 0;
+  // that no GPC leaves SMs idle (GZ).
+  const int gz = GZ ? a.gz : 0;  // (its own instantiation: the clusters' code stays as it was, v56)
   const int rank = !KS ? 0 : gz ? (int)blockIdx.x % gz : (int)cluster_reg_rank();
   const int ncl = !KS ? 0 : gz ? (int)gridDim.x / gz : (int)cluster_reg_count();  // clusters of the grid
   const int H = KS ? a.split : 1, hw = KS ? warp % H : 0;
