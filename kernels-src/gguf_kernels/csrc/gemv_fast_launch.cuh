@@ -556,13 +556,15 @@ inline int knob_ks_grid() {
   static const int v = env_knob("GGUF_KERNELS_FAST_KS_GRID", -1);
   return v;
 }
-// Where the grid is taken by default (v56, H200): K >= 12288 (14336 -> 4096, where clusters of 4 sit 30
-// to the GPU and leave 9 warps a CTA, or Z = 2 with two warps a unit), for the K-quants from M = 4
-// (-1.6 to -3.3 us) and MXFP4, IQ4_XS from M = 6 (-0.5 to -1.2 us; even at M = 4, 5). Q4_0 (+0.5), Q8_0
-// (+1.4) and K <= 8192 (-0.6 to +0.8 us by type, +0.3 to +1.5 at 4096) lose to the barrier's cost.
+// Where the grid is taken by default (v56, H200, M = 3..8 against clusters in one call): Q4_K and Q5_K
+// from K = 8192 (-0.2 to -0.7 us there, -1.7 to -2.3 at 14336 -> 4096, where clusters of 4 sit 30 to
+// the GPU and leave 9 warps a CTA); Q6_K from K = 12288 (-2.8 to -3.1 us; +0.4 to +1.6 at 8192); MXFP4 and
+// IQ4_XS from K = 12288 and M = 6 (-0.3 to -1.0 us; even below). Q4_0 (+0.5 to +1.2 us), Q8_0 (+1.4) and
+// every K = 4096 (+0.3 to +1.2) lose to the barrier's cost.
 template <int T>
 constexpr bool ks_grid_auto(int K, int M) {
-  return K >= 12288 && (((T == Q4_K || T == Q5_K || T == Q6_K) && M >= 4) || ((T == MXFP4 || T == IQ4_XS) && M >= 6));
+  return ((T == Q4_K || T == Q5_K) && K >= 8192) || (T == Q6_K && K >= 12288) ||
+         ((T == MXFP4 || T == IQ4_XS) && K >= 12288 && M >= 6);
 }
 struct KsGridPlan {
   int Z = 0, ctas = 0, WPC = 0;  // Z = 0: no plan
