@@ -558,9 +558,9 @@ inline int knob_ks_grid() {
 }
 // Where the grid is taken by default (v56, H200, M = 3..8 against clusters in one call): Q4_K and Q5_K
 // from K = 8192 (-0.2 to -0.7 us there, -1.7 to -2.3 at 14336 -> 4096, where clusters of 4 sit 30 to
-// the GPU and leave 9 warps a CTA); Q6_K from K = 12288 (-2.8 to -3.1 us; +0.4 to +1.6 at 8192); MXFP4 and
-// IQ4_XS from K = 12288 and M = 6 (-0.3 to -1.0 us; even below). Q4_0 (+0.5 to +1.2 us), Q8_0 (+1.4) and
-// every K = 4096 (+0.3 to +1.2) lose to the barrier's cost.
+// the GPU and leave 9 warps a CTA); Q6_K from K = 12288 (-2.5 to -3.0 us; +0.5 to +1.6 at 8192); MXFP4 and
+// IQ4_XS from K = 12288 and M = 6 (-0.3 to -1.1 us; even below). Q4_0 (+0.5 to +1.3 us), Q8_0 (+1.4) and
+// every K = 4096 (+0.3 to +1.1) lose to the barrier's cost.
 template <int T>
 constexpr bool ks_grid_auto(int K, int M) {
   return ((T == Q4_K || T == Q5_K) && K >= 8192) || (T == Q6_K && K >= 12288) ||
