@@ -566,9 +566,23 @@ constexpr bool ks_grid_auto(int K, int M) {
   return ((T == Q4_K || T == Q5_K) && K >= 8192) || (T == Q6_K && K >= 12288) ||
          ((T == MXFP4 || T == IQ4_XS) && K >= 12288 && M >= 6);
 }
+// Whether K's nch chunks split into Z slices (the knob ks > 0 forcing Z = ks): slices of whole chunks,
+// starting 16-byte aligned in every row (Q6_K: 4-byte, its stages' copies start at the 16-byte boundary
+// below, kph). Both forms of the K split (clusters, grid) take the same slices.
+template <int T>
+bool ks_slices_fit(int nch, int Z, int ks) {
+  using L = FT<T>;
+  return (ks <= 0 || Z == ks) && nch % Z == 0 && (nch / Z * L::CB) % (L::MIS ? 4 : 16) == 0;
+}
+// The activation groups of its slice that each thread of a K split's CTA of WPC warps converts (MT = 8).
+template <int T>
+int ks_groups_a_thread(int nch, int Z, int WPC) {
+  using L = FT<T>;
+  return (8 * nch / Z * (L::CE / L::GS) + 32 * WPC - 1) / (32 * WPC);
+}
 struct KsGridPlan {
   int Z = 0, ctas = 0, WPC = 0;  // Z = 0: no plan
-  size_t smem = 0;
+  size_t smem = 0, part_bytes = 0;  // part_bytes: the meeting buffer's (GemvArgs::ks_part), Z x 128 floats a unit
 };
 // The grid's plan for M tokens: CTAs a slice and warps a CTA (one unit each, one CTA an SM), on the
 // clusters' rules (slices of whole chunks and 16-byte runs; the fewest slices that give 8 warps a CTA).
@@ -580,15 +594,15 @@ KsGridPlan ks_grid_plan(int N, int K, int M) {
   if (kg == 0 || ks == 0 || M > 8 || !ks_first<T>(M, N)) return {};
   const int nch = K / L::CE, units = (N + 2 * MT - 1) / (2 * MT);
   for (int Z : {2, 4, 8}) {
-    if ((ks > 0 && Z != ks) || nch % Z != 0 || (nch / Z * L::CB) % (L::MIS ? 4 : 16) != 0 || num_sms() < Z) continue;
+    if (!ks_slices_fit<T>(nch, Z, ks) || num_sms() < Z) continue;
     KsGridPlan p;
     p.Z = Z;
+    p.part_bytes = (size_t)units * Z * kKsSums * 4;
     p.WPC = (units + num_sms() / Z - 1) / (num_sms() / Z);
     p.ctas = (units + p.WPC - 1) / p.WPC;
     p.smem = std::max(MT * stream_rec_stride<T, MT>(K / Z) + (size_t)p.WPC * 2 * 2 * MT * stream_rs<T, MT, false>(),
                       (size_t)(dev_props().smem / 2 - dev_props().reserved + 16));
-    const int per_thread = (MT * nch / Z * (L::CE / L::GS) + 32 * p.WPC - 1) / (32 * p.WPC);
-    if (p.WPC > 16 || p.smem > stream_smem_cap() || per_thread > 8) continue;
+    if (p.WPC > 16 || p.smem > stream_smem_cap() || ks_groups_a_thread<T>(nch, Z, p.WPC) > 8) continue;
     if (ks < 0 && p.WPC < 8 && Z < kKsGridMaxZ) continue;
     if (kg < 0 && !ks_grid_auto<T>(K, M)) return {};
     return p;
@@ -598,8 +612,7 @@ KsGridPlan ks_grid_plan(int N, int K, int M) {
 // Bytes of the grid's meeting buffer (GemvArgs::ks_part) for a dense matmul, 0 where it is not taken.
 template <int T>
 size_t ks_part_bytes(int N, int K, int M) {
-  const KsGridPlan p = ks_grid_plan<T>(N, K, M);
-  return p.Z ? (size_t)(N + 15) / 16 * p.Z * kKsSums * 4 : 0;
+  return ks_grid_plan<T>(N, K, M).part_bytes;
 }
 template <int T, typename XT>
 cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
@@ -615,7 +628,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   (void)recorded;
   const KsGridPlan g = ks_grid_plan<T>(a0.N, a0.K, a0.M);
   const auto grid_kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true, true>;
-  if (g.Z && a0.part && a0.part_bytes >= (size_t)units * g.Z * kKsSums * 4 &&
+  if (g.Z && a0.part && a0.part_bytes >= g.part_bytes &&
       stream_attrs<T, XT, false, MT, false, false, true, true>() == cudaSuccess) {
     static const bool grid_recorded = stream_kernel_seen(reinterpret_cast<const void*>(grid_kernel), true);
     (void)grid_recorded;
@@ -644,9 +657,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     }
   }
   for (int Z : {2, 4, 8}) {
-    // slices of whole chunks, starting 16-byte aligned in every row (Q6_K: 4-byte, its stages' copies
-    // start at the 16-byte boundary below, kph)
-    if ((ks > 0 && Z != ks) || nch % Z != 0 || (nch / Z * L::CB) % (L::MIS ? 4 : 16) != 0) continue;
+    if (!ks_slices_fit<T>(nch, Z, ks)) continue;
     // H warps a unit (a.split), each reading 1 / H of the slice: where one a unit leaves a CTA fewer than
     // 8 warps (14336 -> 4096 and 4096 -> 4096 at Z = 2: 4), H = 2 gives it 8 on every SM, where Z = 4's
     // clusters sit 30 to the H200 and 9 warps a CTA (NOTES.md v48)
@@ -669,8 +680,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
         if (!fits) clusters = n;
       }
       if (!fits) break;  // (more warps a unit only ask for more)
-      const int per_thread = (MT * nch / Z * (L::CE / L::GS) + 32 * WPC - 1) / (32 * WPC);
-      if (per_thread > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
+      if (ks_groups_a_thread<T>(nch, Z, WPC) > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
       const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
       return launch_kernel_clustered(kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, Z, a);
     }
