@@ -4,15 +4,19 @@
 # checks the CUDA quantizer against the torch one, writes a Llama-3-8B-shape F16 GGUF
 # (.dev/gen_gguf.py, SmolLM2 vocabulary), quantizes it to Q8_0 and Q4_K_M with gguf-quant on the GPU
 # and with llama-quantize (all CPU threads), compares the files byte for byte, then times decode.
+# LLAMA_BENCH=1: instead of llama-quantize, llama.cpp's CUDA llama-bench; our Q4_K_M only, then decode
+# timed once the build is done (a compiling CPU slows the host side of a decode step), llama-bench after.
 #   bash benchmarks/device_e2e.sh [OUTDIR]      (needs .whl/ and .dev/ carried: benchmarks/device_carry.sh)
 set -o pipefail
 OUTD=${1:-${OUT:-/tmp/gguf_out}}; mkdir -p "$OUTD"
 source benchmarks/device_setup.sh
 LL=/tmp/ll/llama.cpp
+if [ -n "$LLAMA_BENCH" ]; then LLFLAGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_NATIVE=OFF"; LLTARGET="llama-bench -j 14"
+else LLFLAGS="-DGGML_CUDA=OFF -DGGML_NATIVE=ON"; LLTARGET="llama-quantize -j 10"; fi
 setsid bash -c "mkdir -p /tmp/ll && tar xzf .dev/llama.tgz -C /tmp/ll && cd $LL && \
-  cmake -B build -G Ninja -DGGML_CUDA=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-    -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF > /tmp/ll/cmake.log 2>&1 && \
-  cmake --build build --target llama-quantize -j 10 > /tmp/ll/build.log 2>&1; echo \$? > /tmp/ll/build.rc" \
+  cmake -B build -G Ninja $LLFLAGS -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF > /tmp/ll/cmake.log 2>&1 && \
+  cmake --build build --target $LLTARGET > /tmp/ll/build.log 2>&1; echo \$? > /tmp/ll/build.rc" \
   < /dev/null > /dev/null 2>&1 &
 build_kernels /tmp/kb || exit 1
 export GGUF_QUANT_KERNELS=/tmp/kb
@@ -24,6 +28,17 @@ el "CUDA quantizer and whole-model GPU tests done"
 mkdir -p /tmp/m
 python3 .dev/gen_gguf.py tests/data/vocab.gguf /tmp/m/l8b-f16.gguf llama > "$OUTD/gen.log" 2>&1 || { tail -5 "$OUTD/gen.log"; exit 1; }
 el "8B-shape F16 written: $(du -h /tmp/m/l8b-f16.gguf | cut -f1)"
+if [ -n "$LLAMA_BENCH" ]; then
+  python3 benchmarks/bench_quantize.py /tmp/m/l8b-f16.gguf --mix Q4_K_M --out /tmp/m 2>&1 | tee "$OUTD/quantize_Q4_K_M.md" | tail -4
+  el "Q4_K_M done; waiting for llama-bench's build"
+  while [ ! -f /tmp/ll/build.rc ] && [ $(( $(date +%s) - T0 )) -lt ${LLAMA_WAIT:-420} ]; do sleep 3; done
+  el "llama-bench build rc: $(cat /tmp/ll/build.rc 2>/dev/null || echo timeout)"
+  timeout 150 python3 benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 2>&1 | grep -v Warning | tail -6 | tee "$OUTD/decode.md"
+  el "our decode done"
+  LB=$LL/build/bin/llama-bench
+  [ -x "$LB" ] && timeout 120 "$LB" -m /tmp/m/ours-Q4_K_M.gguf -ngl 99 -fa 1 -p 512 -n 64 -r 3 -o md 2>&1 | tail -6 | tee -a "$OUTD/decode.md"
+  el "all done"; exit 0
+fi
 while [ ! -f /tmp/ll/build.rc ] && [ $(( $(date +%s) - T0 )) -lt 300 ]; do sleep 3; done
 el "llama-quantize build rc: $(cat /tmp/ll/build.rc 2>/dev/null || echo timeout)"
 LQ=$LL/build/bin/llama-quantize; [ -x "$LQ" ] && LQARG="--llama-quantize $LQ --threads $(nproc)" || tail -5 /tmp/ll/build.log
