@@ -38,12 +38,14 @@ inline cudaLaunchAttribute cluster_attr(int z) {
   at.val.clusterDim.y = at.val.clusterDim.z = 1;
   return at;
 }
-// `cluster` > 1: clusters of that many CTAs along x (no plain launch then: the kernel needs them).
+// A launch that needs attribute `need` (clusters of CTAs, a cooperative grid: no plain launch then, the kernel
+// relies on it) or none (nullptr), with programmatic serialization beside it where `pdl` and the driver
+// takes both; cudaErrorNotSupported where the driver takes no launch with `need`.
 template <typename K, typename... A>
-cudaError_t launch_kernel_clustered(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
-                                    int cluster, A... a) {
+cudaError_t launch_kernel_with(const cudaLaunchAttribute* need, K kernel, dim3 grid, dim3 block, size_t smem,
+                               cudaStream_t stream, bool pdl, A... a) {
   pdl = pdl && !knob_pdl_off();
-  if (pdl || cluster > 1) {
+  if (pdl || need) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -51,7 +53,7 @@ cudaError_t launch_kernel_clustered(K kernel, dim3 grid, dim3 block, size_t smem
     cfg.stream = stream;
     cudaLaunchAttribute attr[2];
     int n = 0;
-    if (cluster > 1) attr[n++] = cluster_attr(cluster);
+    if (need) attr[n++] = *need;
     if (pdl) {
       attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attr[n].val.programmaticStreamSerializationAllowed = 1;
@@ -61,7 +63,7 @@ cudaError_t launch_kernel_clustered(K kernel, dim3 grid, dim3 block, size_t smem
     cfg.numAttrs = n;
     if (cudaLaunchKernelEx(&cfg, kernel, a...) == cudaSuccess) return cudaGetLastError();
     cudaGetLastError();
-    if (cluster > 1) {  // without PDL (the cluster attribute comes first), else not at all
+    if (need) {  // without PDL (the needed attribute comes first), else not at all
       cfg.numAttrs = 1;
       if (pdl && cudaLaunchKernelEx(&cfg, kernel, a...) == cudaSuccess) return cudaGetLastError();
       cudaGetLastError();
@@ -73,7 +75,7 @@ cudaError_t launch_kernel_clustered(K kernel, dim3 grid, dim3 block, size_t smem
 }
 template <typename K, typename... A>
 cudaError_t launch_kernel(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl, A... a) {
-  return launch_kernel_clustered(kernel, grid, block, smem, stream, pdl, 1, a...);
+  return launch_kernel_with(nullptr, kernel, grid, block, smem, stream, pdl, a...);
 }
 
 // Rows both kernels here take: whole chunks of K, packed, a multiple of 16 bytes long (so every row,
@@ -609,11 +611,6 @@ KsGridPlan ks_grid_plan(int N, int K, int M) {
   }
   return {};
 }
-// Bytes of the grid's meeting buffer (GemvArgs::ks_part) for a dense matmul, 0 where it is not taken.
-template <int T>
-size_t ks_part_bytes(int N, int K, int M) {
-  return ks_grid_plan<T>(N, K, M).part_bytes;
-}
 template <int T, typename XT>
 cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   using L = FT<T>;
@@ -639,22 +636,12 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     a.gz = g.Z;
     // a cooperative launch (all its CTAs resident at once: one an SM, at most the SM count), as a
     // dependent launch where the driver takes both attributes; else the clusters below
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(g.ctas * g.Z);
-    cfg.blockDim = dim3(32 * g.WPC);
-    cfg.dynamicSmemBytes = g.smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[2] = {};
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    for (int n : {follows_stream_kernel(stream) && !knob_pdl_off() ? 2 : 1, 1}) {
-      cfg.numAttrs = n;
-      if (cudaLaunchKernelEx(&cfg, grid_kernel, a) == cudaSuccess) return cudaGetLastError();
-      cudaGetLastError();
-    }
+    cudaLaunchAttribute coop = {};
+    coop.id = cudaLaunchAttributeCooperative;
+    coop.val.cooperative = 1;
+    const cudaError_t e = launch_kernel_with(&coop, grid_kernel, dim3(g.ctas * g.Z), dim3(32 * g.WPC), g.smem, stream,
+                                             follows_stream_kernel(stream), a);
+    if (e != cudaErrorNotSupported) return e;
   }
   for (int Z : {2, 4, 8}) {
     if (!ks_slices_fit<T>(nch, Z, ks)) continue;
@@ -682,7 +669,8 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       if (!fits) break;  // (more warps a unit only ask for more)
       if (ks_groups_a_thread<T>(nch, Z, WPC) > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
       const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
-      return launch_kernel_clustered(kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, Z, a);
+      const cudaLaunchAttribute cl = cluster_attr(Z);
+      return launch_kernel_with(&cl, kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, a);
     }
   }
   return cudaErrorNotSupported;
@@ -889,8 +877,8 @@ size_t gemv_fast_scratch(int K, int M, int64_t row_bytes) {
   return fast::scratch_bytes<T>(K, M, row_bytes);
 }
 template <int T>
-size_t gemv_stream_ks_part(int N, int K, int M) {
-  return fast::ks_part_bytes<T>(N, K, M);
+size_t gemv_stream_ks_part(int N, int K, int M) {  // the grid's meeting buffer, 0 where it is not taken
+  return fast::ks_grid_plan<T>(N, K, M).part_bytes;
 }
 template <int T>
 cudaError_t launch_gemv_stream(const GemvArgs& a, DType xt, cudaStream_t stream) {
