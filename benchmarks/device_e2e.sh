@@ -5,7 +5,8 @@
 # (.dev/gen_gguf.py, SmolLM2 vocabulary), quantizes it to Q8_0 and Q4_K_M with gguf-quant on the GPU
 # and with llama-quantize (all CPU threads), compares the files byte for byte, then times decode.
 # LLAMA_BENCH=1: instead of llama-quantize, llama.cpp's CUDA llama-bench; our Q4_K_M only, then decode
-# timed once the build is done (a compiling CPU slows the host side of a decode step), llama-bench after.
+# timed once the build is done (a compiling CPU slows the host side of a decode step), with bench_decode.py's
+# llama-bench row after ours.
 #   bash benchmarks/device_e2e.sh [OUTDIR]      (needs .whl/ and .dev/ carried: benchmarks/device_carry.sh)
 set -o pipefail
 OUTD=${1:-${OUT:-/tmp/gguf_out}}; mkdir -p "$OUTD"
@@ -33,10 +34,9 @@ if [ -n "$LLAMA_BENCH" ]; then
   el "Q4_K_M done; waiting for llama-bench's build"
   while [ ! -f /tmp/ll/build.rc ] && [ $(( $(date +%s) - T0 )) -lt ${LLAMA_WAIT:-420} ]; do sleep 3; done
   el "llama-bench build rc: $(cat /tmp/ll/build.rc 2>/dev/null || echo timeout)"
-  timeout 150 python3 benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 2>&1 | grep -v Warning | tail -6 | tee "$OUTD/decode.md"
-  el "our decode done"
-  LB=$LL/build/bin/llama-bench
-  [ -x "$LB" ] && timeout 120 "$LB" -m /tmp/m/ours-Q4_K_M.gguf -ngl 99 -fa 1 -p 512 -n 64 -r 3 -o md 2>&1 | tail -6 | tee -a "$OUTD/decode.md"
+  LB=$LL/build/bin/llama-bench; [ -x "$LB" ] && LBARG="--llama-bench $LB" || tail -5 /tmp/ll/build.log
+  timeout 180 python3 benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 $LBARG 2>&1 | grep -v Warning \
+    | tail -7 | tee "$OUTD/decode.md"
   el "all done"; exit 0
 fi
 while [ ! -f /tmp/ll/build.rc ] && [ $(( $(date +%s) - T0 )) -lt 300 ]; do sleep 3; done
