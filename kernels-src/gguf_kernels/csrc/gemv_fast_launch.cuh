@@ -223,6 +223,12 @@ Choice choose(int N, int K, int M, int sms) {
 // or GGUF_KERNELS_FAST_SMEM_KB below it (200: the cap of v6..v22, for A/B runs). The last 27 KB let
 // Q6_K's 8 tokens at M = 5..8 sit beside 8 warps' stages (4096 -> 14336: 212 KB, the plain launch) or a
 // 4-way K split (14336 -> 4096: 213 KB): 35.3 -> 24.7 us and 32.1 -> 27.9 us at M = 5 (NOTES v23).
+// Dynamic shared memory that keeps a CTA alone on its SM (just over half the SM's, less the driver's
+// reserve a CTA): what the stream kernels' dependent launches and K splits ask at least (NOTES.md v13).
+inline size_t one_cta_an_sm_smem() {
+  const DevProps& sm = dev_props();
+  return (size_t)(sm.smem / 2 - sm.reserved + 16);
+}
 inline size_t stream_smem_cap() {
   static const int knob_kb = env_knob("GGUF_KERNELS_FAST_SMEM_KB", -1);
   const size_t optin = (size_t)dev_props().optin;
@@ -417,8 +423,7 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   (void)recorded;
   const cudaError_t e = stream_attrs<T, XT, MOE, MT, RAG, ONE>();
   if (e != cudaSuccess) return e;
-  const DevProps& sm = dev_props();
-  const size_t smem = pdl ? std::max(ch.smem, (size_t)(sm.smem / 2 - sm.reserved + 16)) : ch.smem;
+  const size_t smem = pdl ? std::max(ch.smem, one_cta_an_sm_smem()) : ch.smem;
   return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a);
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
@@ -603,7 +608,7 @@ KsGridPlan ks_grid_plan(int N, int K, int M) {
     p.WPC = (units + num_sms() / Z - 1) / (num_sms() / Z);
     p.ctas = (units + p.WPC - 1) / p.WPC;
     p.smem = std::max(MT * stream_rec_stride<T, MT>(K / Z) + (size_t)p.WPC * 2 * 2 * MT * stream_rs<T, MT, false>(),
-                      (size_t)(dev_props().smem / 2 - dev_props().reserved + 16));
+                      one_cta_an_sm_smem());
     if (p.WPC > 16 || p.smem > stream_smem_cap() || ks_groups_a_thread<T>(nch, Z, p.WPC) > 8) continue;
     if (ks < 0 && p.WPC < 8 && Z < kKsGridMaxZ) continue;
     if (kg < 0 && !ks_grid_auto<T>(K, M)) return {};
@@ -620,7 +625,6 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   const int nch = a0.K / L::CE, units = (a0.N + 2 * MT - 1) / (2 * MT);
   const auto kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true>;
   if (stream_attrs<T, XT, false, MT, false, false, true>() != cudaSuccess) return cudaErrorNotSupported;
-  const DevProps& sm = dev_props();
   static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
   (void)recorded;
   const KsGridPlan g = ks_grid_plan<T>(a0.N, a0.K, a0.M);
@@ -660,7 +664,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       for (int it = 0; it < 4 && clusters > 0 && !fits; ++it) {  // as many clusters as can run at once
         WPC = H * ((units + clusters - 1) / clusters);
         smem = std::max(fixed + (size_t)WPC * (a.S * 2 * MT * stream_rs<T, MT, false>() + ks_meet_bytes(Z)),
-                        (size_t)(sm.smem / 2 - sm.reserved + 16));  // one CTA an SM
+                        one_cta_an_sm_smem());
         if (WPC > 16 || smem > stream_smem_cap()) break;
         const int n = active_clusters(kernel, clusters, Z, WPC, smem);
         fits = n >= clusters;
