@@ -198,24 +198,26 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
                     : (ufirst < u1 ? (u1 - 1 - ufirst) / ustep + 1 : 0) * (KS ? sh1 - j0 : nst);  // stages this warp reads
   const XT* x = reinterpret_cast<const XT*>(a.x) + (KS ? rank * K : 0) + (int64_t)xr0 * a.x_stride;
   const int nG = K / L::GS, nGp = nch * GPC;  // groups of K; with a short last chunk's padding (RAG)
-  // group G of the x rows' padded groups as float (zeros for a token past M: M = 3 on MT = 4, never
-  // stored, and for the padding)
-  const auto load_x = [&](int G, float (&v)[L::GS]) {
+  // group G of the x rows' padded groups: its first 16-byte piece, and whether it is there (else zeros: a
+  // token past M, M = 3 on MT = 4, never stored, and the padding); x-independent, so the M = 1 forms
+  // compute the first group's before the wait (NOTES.md v59c)
+  const auto x_src = [&](int G, bool& in) {
     const int xr = G / nGp, Gl = G - xr * nGp;
-    if ((MOE || xr < a.M) && Gl < nG) {
-      load_group(x + xr * a.x_stride + (int64_t)Gl * L::GS, v);
-    } else {
-#pragma unroll
-      for (int e = 0; e < L::GS; ++e) v[e] = 0.f;
-    }
+    in = (MOE || xr < a.M) && Gl < nG;
+    return reinterpret_cast<const uint4*>(x + xr * a.x_stride + (int64_t)Gl * L::GS);
   };
-  // (MT = 8) the same as 16-byte pieces, converted when used
-  const auto load_raw = [&](int G, uint4 (&r)[L::GS / 8]) {
-    const int xr = G / nGp, Gl = G - xr * nGp;
-    const bool in = xr < a.M && Gl < nG;
-    const uint4* p = reinterpret_cast<const uint4*>(x + xr * a.x_stride + (int64_t)Gl * L::GS);
+  const auto load_from = [&](const uint4* p, bool in, uint4 (&r)[L::GS / 8]) {
 #pragma unroll
     for (int i = 0; i < L::GS / 8; ++i) r[i] = in ? p[i] : make_uint4(0, 0, 0, 0);
+  };
+  const auto load_raw = [&](int G, uint4 (&r)[L::GS / 8]) {
+    bool in;
+    const uint4* p = x_src(G, in);
+    load_from(p, in, r);
+  };
+  const auto raw_floats = [&](const uint4 (&r)[L::GS / 8], float (&v)[L::GS]) {
+#pragma unroll
+    for (int i = 0; i < L::GS / 8; ++i) piece_floats<XT>(r[i], v + 8 * i);
   };
   // unit u's first weight row (rows past N are read as row N - 1 and not stored)
   const auto rows_of = [&](int u) {
@@ -342,14 +344,33 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   // that writes x (and the MoE ids) has finished. Asking for the first stage's weights before waiting
   // on it was measured slower (NOTES.md v13: the x loads then queue behind them): nothing is read
   // before the wait; nor was an L2 prefetch of each warp's first stages by the copy engine (v25: 3-5%
-  // slower matmul after matmul, where the previous kernel's tail still uses the bandwidth).
-  grid_dep_wait();
-  float v0[L::GS];  // the thread's first group, requested before the expert ids are waited for
-  uint4 r0[L::GS / 8];  // (MT = 8: as pieces)
-  if (threadIdx.x < nxl * nGp) {
-    if constexpr (MT == 8) load_raw(threadIdx.x, r0);
-    else load_x(threadIdx.x, v0);
+  // slower matmul after matmul, where the previous kernel's tail still uses the bandwidth). The M = 1
+  // forms compute their first x group's address before it (v59c).
+  const bool has0 = threadIdx.x < nxl * nGp;  // the thread's first group
+  bool in0 = false;
+  const uint4* p0 = nullptr;
+  if constexpr (MT == 1) {
+    if (has0) p0 = x_src(threadIdx.x, in0);
   }
+  grid_dep_wait();
+  // that group, requested before the expert ids are waited for and kept as 16-byte pieces until the first
+  // stages are asked for: converted at once, the warp would wait on x before it asks for its weights
+  // (NOTES.md v60)
+  uint4 r0[L::GS / 8];
+  if (has0) {
+    if constexpr (MT != 1) p0 = x_src(threadIdx.x, in0);
+    load_from(p0, in0, r0);
+  }
+  // every warp's x request ahead of any warp's weights, as when each waited on its x: else the last warps'
+  // x queues behind the first warps' stages, and the records with it (MoE: the ids' barrier below does it)
+  if constexpr (!MOE && MT < 8) __syncthreads();
+  // Q6_K's dense row pairs on a full SM (16 warps and more) still convert it first, waiting on x before
+  // their stages: their stage decodes longest, and with x late behind 16 warps' stages every warp's
+  // records, so its decode, started late (4096 -> 4096 at M = 1: +0.8 us converted late, +0.1 first;
+  // NOTES.md v62)
+  const bool x_now = T == Q6_K && MT == 1 && !MOE && WPC >= 16;
+  float v0[L::GS];
+  if (x_now && has0) raw_floats(r0, v0);
   if constexpr (MOE) {  // unroutable ids read expert 0 and write zeros
     for (int q = threadIdx.x; q < a.P; q += blockDim.x) {
       const int64_t e = load_id(a.ids, a.ids64, q);
@@ -399,8 +420,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
       uint4 rn[L::GS / 8];
       if (G + (int)blockDim.x < nxl * nGp) load_raw(G + blockDim.x, rn);
       float v[L::GS];
-#pragma unroll
-      for (int i = 0; i < L::GS / 8; ++i) piece_floats<XT>(r0[i], v + 8 * i);
+      raw_floats(r0, v);
       const int xr = G / nGp;
       R::template group<R::SWZ8>(v, G - xr * nGp, K, recs + rec_off(xr));
 #pragma unroll
@@ -409,13 +429,15 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   } else {
     for (int G = threadIdx.x; G < nxl * nGp; G += blockDim.x) {
       const int xr = G / nGp;
-      if (G == threadIdx.x) {
-        R::group(v0, G - xr * nGp, K, recs + rec_off(xr));
+      float v[L::GS];
+      if (x_now && G == threadIdx.x) {
+#pragma unroll
+        for (int e = 0; e < L::GS; ++e) v[e] = v0[e];
       } else {
-        float v[L::GS];
-        load_x(G, v);
-        R::group(v, G - xr * nGp, K, recs + rec_off(xr));
+        if (G != threadIdx.x) load_raw(G, r0);
+        raw_floats(r0, v);
       }
+      R::group(v, G - xr * nGp, K, recs + rec_off(xr));
     }
   }
   if (split) {
