@@ -284,6 +284,12 @@ def test_matmul_stream_one(name, rng):
         check_matmul(name, 1, N, K, rng)
 
 
+def test_matmul_stream_q6k_full_sm(rng):
+    """Q6_K at M = 1 on 4096 -> 4096, where (on the H200's 132 SMs) its row pairs run 16 warps a CTA and so
+    convert their first x group before asking for their stages (v62); the shapes above run fewer warps."""
+    check_matmul("Q6_K", 1, 4096, 4096, rng)
+
+
 @pytest.mark.parametrize("M", [9, 16, 17, 32])
 @pytest.mark.parametrize("name", ["Q4_0", "IQ4_XS", "MXFP4"])
 def test_matmul_tile_fast(name, M, rng):
