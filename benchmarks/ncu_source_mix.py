@@ -5,7 +5,13 @@
 
 prints each file's warp instructions by opcode (share of all, share of the stall samples) and the
 stall reasons over 2% of the samples (NOTES.md v20), then the SASS lines whose shared-memory accesses
-take the most wavefronts beyond the conflict-free count (bank conflicts, NOTES.md session 39)."""
+take the most wavefronts beyond the conflict-free count (bank conflicts, NOTES.md session 39).
+
+    python benchmarks/ncu_source_mix.py rep.csv --lines imc,no_inst
+
+prints instead, per stall reason named, the SASS lines with the most of its samples and each line's
+place counted in instructions from `griddepcontrol.wait` (ACQBULK), to tell the setup before a
+launch's first loads from its loop (NOTES.md v63)."""
 import collections
 import csv
 import re
@@ -47,6 +53,34 @@ def summarize(path: str, top: int = 16) -> None:
         print(f"    {x:9d} {100 * x / max(1, total):5.1f}%  {addr:>6s}  x{ex:<8d} {src}")
 
 
+def stall_lines(path: str, reasons: list[str], top: int = 10) -> None:
+    rows = list(csv.reader(open(path)))
+    head = next(r for r in rows if "Source" in r)
+    body = [r for r in rows[rows.index(head) + 1:] if len(r) == len(head)]
+    i_src = head.index("Source")
+    wait = next((n for n, r in enumerate(body) if "ACQBULK" in r[i_src]), None)
+    for reason in reasons:
+        cols = [i for i, h in enumerate(head) if h.startswith("stall_" + reason) and "Not Issued" not in h]
+        if not cols:
+            print(f"== {path}: no column stall_{reason}*; there are {[h for h in head if h.startswith('stall_')]}")
+            continue
+        hits = [(int(r[cols[0]]), n, r[0], r[i_src].strip()) for n, r in enumerate(body) if r[cols[0]].isdigit()]
+        total = max(1, sum(h for h, *_ in hits))
+        before = sum(h for h, n, *_ in hits if wait is not None and n < wait)
+        print(f"== {path}: {head[cols[0]]} {total} samples, {100 * before / total:.0f}% before the wait "
+              f"(line {wait}); the most:")
+        for h, n, addr, src in sorted(hits, reverse=True)[:top]:
+            at = "" if wait is None else f"{n - wait:+5d}"
+            print(f"    {h:7d} {100 * h / total:5.1f}%  {addr:>6s} {at}  {src}")
+
+
 if __name__ == "__main__":
-    for p in sys.argv[1:]:
-        summarize(p)
+    args = sys.argv[1:]
+    if "--lines" in args:
+        i = args.index("--lines")
+        reasons = args[i + 1].split(",")
+        for p in args[:i] + args[i + 2:]:
+            stall_lines(p, reasons)
+    else:
+        for p in args:
+            summarize(p)

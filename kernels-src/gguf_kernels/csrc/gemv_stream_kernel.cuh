@@ -352,6 +352,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   if constexpr (MT == 1) {
     if (has0) p0 = x_src(threadIdx.x, in0);
   }
+  if constexpr (!MOE) touch_args(a);  // (MoE reads its ids' fields there already: x_stride's line is warm)
   grid_dep_wait();
   // that group, requested before the expert ids are waited for and kept as 16-byte pieces until the first
   // stages are asked for: converted at once, the warp would wait on x before it asks for its weights
