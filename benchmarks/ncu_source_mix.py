@@ -18,10 +18,15 @@ import re
 import sys
 
 
-def summarize(path: str, top: int = 16) -> None:
+def read_source(path: str) -> tuple[list[str], list[list[str]]]:
+    """The source page's header row and the rows after it."""
     rows = list(csv.reader(open(path)))
     head = next(r for r in rows if "Source" in r)
-    body = rows[rows.index(head) + 1:]
+    return head, rows[rows.index(head) + 1:]
+
+
+def summarize(path: str, top: int = 16) -> None:
+    head, body = read_source(path)
     i_src, i_ex = head.index("Source"), head.index("Instructions Executed")
     i_st = head.index("Warp Stall Sampling (All Samples)")
     reasons = [i for i, h in enumerate(head) if h.startswith("stall_") and "Not Issued" not in h]
@@ -54,9 +59,8 @@ def summarize(path: str, top: int = 16) -> None:
 
 
 def stall_lines(path: str, reasons: list[str], top: int = 10) -> None:
-    rows = list(csv.reader(open(path)))
-    head = next(r for r in rows if "Source" in r)
-    body = [r for r in rows[rows.index(head) + 1:] if len(r) == len(head)]
+    head, body = read_source(path)
+    body = [r for r in body if len(r) == len(head)]
     i_src = head.index("Source")
     wait = next((n for n, r in enumerate(body) if "ACQBULK" in r[i_src]), None)
     for reason in reasons:
