@@ -154,9 +154,9 @@ struct FastArgs {
 
 // One field of each 32 bytes of the launch's parameters read before griddepcontrol.wait: each launch's
 // parameters are new to the constant cache, and a line first read after the wait (x_stride's, on the way to
-// x's first load at MT > 1) is waited for there, where before the wait the miss overlaps the previous kernel
-// (NOTES.md v63). ptxas drops reads that nothing uses, so their XOR feeds a store taken only if S < 0, which
-// no launch passes, in one asm statement (the compiler cannot sink the reads into a branch).
+// x's first load at MT > 1) is waited for there, where before the wait the miss can overlap the previous
+// kernel's tail (NOTES.md v63). ptxas drops reads that nothing uses, so their XOR feeds a store taken only if
+// S < 0, which no launch passes, in one asm statement (the compiler cannot sink the reads into a branch).
 __device__ __forceinline__ void touch_args(const FastArgs& a) {
   const uint64_t t = reinterpret_cast<uintptr_t>(a.w) ^ reinterpret_cast<uintptr_t>(a.xs) ^ (uint64_t)a.out_stride ^
                      reinterpret_cast<uintptr_t>(a.ids) ^ (uint64_t)a.expert_bytes ^ (uint64_t)a.part_bytes;
