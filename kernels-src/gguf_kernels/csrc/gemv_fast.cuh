@@ -434,6 +434,9 @@ template <int T> struct Prep {
     const uint32_t be = (as_uint(amax) >> 23) & 0xFF;
     const uint32_t se = be > 14 ? be - 13 : 1u;  // sigma = 2^(E - 13): amax / sigma in [2^13, 2^14)
     const float sigma = as_float(se << 23), inv = as_float((254u - se) << 23);
+    // x / 16's factor as one power of two (inv >= 2^-114, so inv / 16 stays normal): x * (inv / 16) is exactly
+    // (x * inv) / 16 wherever that is normal, and both are under fp16's smallest value where it is not
+    const float inv16 = inv * 0.0625f;
     constexpr bool OFF = T != MXFP4;  // whether the codes carry 1024 (MXFP4's are their values x 2^-14)
     float wh[2] = {1024.f, 1024.f};  // the code offset of each half's elements
     uint32_t* rec = reinterpret_cast<uint32_t*>(xb + ((size_t)G * M + t) * BREC);
@@ -450,7 +453,7 @@ template <int T> struct Prep {
             bool d16 = false;
             const int e = L::slot(G, st, c, 2 * r + hh, d16);
             wh[e >> 4] = d16 ? 64.f : 1024.f;
-            const __half hv = __float2half_rn(xv[e] * inv * (d16 ? 0.0625f : 1.f));
+            const __half hv = __float2half_rn(xv[e] * (d16 ? inv16 : inv));
             word |= (uint32_t)__half_as_ushort(hv) << (16 * hh);
           }
           if constexpr (SWZ) wd[(c * L::STEPS + st) * 2 + r] = word;
