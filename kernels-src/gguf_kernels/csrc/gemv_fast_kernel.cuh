@@ -157,10 +157,12 @@ struct FastArgs {
 // x's first load at MT > 1) is waited for there, where before the wait the miss can overlap the previous
 // kernel's tail (NOTES.md v63). ptxas drops reads that nothing uses, so their XOR feeds a store taken only if
 // S < 0, which no launch passes, in one asm statement (the compiler cannot sink the reads into a branch).
-__device__ __forceinline__ void touch_args(const FastArgs& a) {
-  const uint64_t t = reinterpret_cast<uintptr_t>(a.w) ^ reinterpret_cast<uintptr_t>(a.xs) ^ (uint64_t)a.out_stride ^
-                     reinterpret_cast<uintptr_t>(a.ids) ^ (uint64_t)a.expert_bytes ^ (uint64_t)a.part_bytes;
-  asm volatile("{\n .reg .pred p;\n setp.lt.s32 p, %1, 0;\n @p st.shared.u64 [%2], %0;\n}\n" ::"l"(t), "r"(a.S), "r"(0u) : "memory");
+__device__ __forceinline__ void keep_before(uint64_t t, int S) {
+  asm volatile("{\n .reg .pred p;\n setp.lt.s32 p, %1, 0;\n @p st.shared.u64 [%2], %0;\n}\n" ::"l"(t), "r"(S), "r"(0u) : "memory");
+}
+__device__ __forceinline__ void touch_args(const FastArgs& a, uint64_t more = 0) {
+  keep_before(reinterpret_cast<uintptr_t>(a.w) ^ reinterpret_cast<uintptr_t>(a.xs) ^ (uint64_t)a.out_stride ^
+              reinterpret_cast<uintptr_t>(a.ids) ^ (uint64_t)a.expert_bytes ^ (uint64_t)a.part_bytes ^ more, a.S);
 }
 
 // gemv_stream_kernel's MoE tables in shared memory, in ints: the pairs' experts (sid, padded), then for

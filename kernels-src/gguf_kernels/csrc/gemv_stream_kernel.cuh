@@ -201,8 +201,17 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   // group G of the x rows' padded groups: its first 16-byte piece, and whether it is there (else zeros: a
   // token past M, M = 3 on MT = 4, never stored, and the padding); x-independent, so the M = 1 forms
   // compute the first group's before the wait (NOTES.md v59c)
+  // G / nGp by a multiply-high and one correction (gmag = (2^32 - 1) / nGp: the quotient is exact or one
+  // short for G < 2^31), where the division of a run-time divisor took ~18 instructions each time (v66)
+  const uint32_t gmag = 0xFFFFFFFFu / (uint32_t)nGp;
+  const auto split_group = [&](int G, int& xr, int& Gl) {
+    xr = (int)__umulhi((uint32_t)G, gmag);
+    Gl = G - xr * nGp;
+    if (Gl >= nGp) { ++xr; Gl -= nGp; }
+  };
   const auto x_src = [&](int G, bool& in) {
-    const int xr = G / nGp, Gl = G - xr * nGp;
+    int xr, Gl;
+    split_group(G, xr, Gl);
     in = (MOE || xr < a.M) && Gl < nG;
     return reinterpret_cast<const uint4*>(x + xr * a.x_stride + (int64_t)Gl * L::GS);
   };
@@ -352,7 +361,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   if constexpr (MT == 1) {
     if (has0) p0 = x_src(threadIdx.x, in0);
   }
-  if constexpr (!MOE) touch_args(a);  // (MoE reads its ids' fields there already: x_stride's line is warm)
+  if constexpr (!MOE) touch_args(a, gmag);  // (MoE reads its ids' fields there already: x_stride's line is warm)
+  else keep_before(gmag, a.S);  // (gmag: else computed after the wait, where it is first used)
   grid_dep_wait();
   // that group, requested before the expert ids are waited for and kept as 16-byte pieces until the first
   // stages are asked for: converted at once, the warp would wait on x before it asks for its weights
@@ -422,14 +432,16 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
       if (G + (int)blockDim.x < nxl * nGp) load_raw(G + blockDim.x, rn);
       float v[L::GS];
       raw_floats(r0, v);
-      const int xr = G / nGp;
-      R::template group<R::SWZ8>(v, G - xr * nGp, K, recs + rec_off(xr));
+      int xr, Gl;
+      split_group(G, xr, Gl);
+      R::template group<R::SWZ8>(v, Gl, K, recs + rec_off(xr));
 #pragma unroll
       for (int i = 0; i < L::GS / 8; ++i) r0[i] = rn[i];
     }
   } else {
     for (int G = threadIdx.x; G < nxl * nGp; G += blockDim.x) {
-      const int xr = G / nGp;
+      int xr, Gl;
+      split_group(G, xr, Gl);
       float v[L::GS];
       if (x_now && G == threadIdx.x) {
 #pragma unroll
@@ -438,7 +450,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
         if (G != threadIdx.x) load_raw(G, r0);
         raw_floats(r0, v);
       }
-      R::group(v, G - xr * nGp, K, recs + rec_off(xr));
+      R::group(v, Gl, K, recs + rec_off(xr));
     }
   }
   if (split) {
