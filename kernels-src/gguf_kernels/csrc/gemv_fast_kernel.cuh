@@ -152,14 +152,16 @@ struct FastArgs {
   size_t part_bytes;
 };
 
-// One field of each 32 bytes of the launch's parameters read before griddepcontrol.wait: each launch's
-// parameters are new to the constant cache, and a line first read after the wait (x_stride's, on the way to
-// x's first load at MT > 1) is waited for there, where before the wait the miss can overlap the previous
-// kernel's tail (NOTES.md v63). ptxas drops reads that nothing uses, so their XOR feeds a store taken only if
-// S < 0, which no launch passes, in one asm statement (the compiler cannot sink the reads into a branch).
+// Keeps the work behind t (reads, arithmetic) where it is, before griddepcontrol.wait: ptxas drops or sinks
+// values that nothing uses there, so t feeds a store taken only if S < 0, which no launch passes, in one asm
+// statement (the compiler cannot sink it into a branch; an empty asm pin does not hold it: NOTES.md, next steps, v64).
 __device__ __forceinline__ void keep_before(uint64_t t, int S) {
   asm volatile("{\n .reg .pred p;\n setp.lt.s32 p, %1, 0;\n @p st.shared.u64 [%2], %0;\n}\n" ::"l"(t), "r"(S), "r"(0u) : "memory");
 }
+// One field of each 32 bytes of the launch's parameters read before the wait (with `more`, other values kept
+// there): each launch's parameters are new to the constant cache, and a line first read after the wait
+// (x_stride's, on the way to x's first load at MT > 1) is waited for there, where before the wait the miss can
+// overlap the previous kernel's tail (NOTES.md v63).
 __device__ __forceinline__ void touch_args(const FastArgs& a, uint64_t more = 0) {
   keep_before(reinterpret_cast<uintptr_t>(a.w) ^ reinterpret_cast<uintptr_t>(a.xs) ^ (uint64_t)a.out_stride ^
               reinterpret_cast<uintptr_t>(a.ids) ^ (uint64_t)a.expert_bytes ^ (uint64_t)a.part_bytes ^ more, a.S);

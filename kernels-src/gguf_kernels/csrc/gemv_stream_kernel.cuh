@@ -198,9 +198,6 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
                     : (ufirst < u1 ? (u1 - 1 - ufirst) / ustep + 1 : 0) * (KS ? sh1 - j0 : nst);  // stages this warp reads
   const XT* x = reinterpret_cast<const XT*>(a.x) + (KS ? rank * K : 0) + (int64_t)xr0 * a.x_stride;
   const int nG = K / L::GS, nGp = nch * GPC;  // groups of K; with a short last chunk's padding (RAG)
-  // group G of the x rows' padded groups: its first 16-byte piece, and whether it is there (else zeros: a
-  // token past M, M = 3 on MT = 4, never stored, and the padding); x-independent, so the M = 1 forms
-  // compute the first group's before the wait (NOTES.md v59c)
   // G / nGp by a multiply-high and one correction (gmag = (2^32 - 1) / nGp: the quotient is exact or one
   // short for G < 2^31), where the division of a run-time divisor took ~18 instructions each time (v66)
   const uint32_t gmag = 0xFFFFFFFFu / (uint32_t)nGp;
@@ -209,6 +206,9 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
     Gl = G - xr * nGp;
     if (Gl >= nGp) { ++xr; Gl -= nGp; }
   };
+  // group G of the x rows' padded groups: its first 16-byte piece, and whether it is there (else zeros: a
+  // token past M, M = 3 on MT = 4, never stored, and the padding); x-independent, so the M = 1 forms
+  // compute the first group's before the wait (NOTES.md v59c)
   const auto x_src = [&](int G, bool& in) {
     int xr, Gl;
     split_group(G, xr, Gl);
