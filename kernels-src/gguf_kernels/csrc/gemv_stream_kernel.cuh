@@ -246,14 +246,24 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   const uint8_t* iw = wbase();
   int ilast = 0;  // last row of the unit that exists, counted from its first
   const uint8_t* irow = iw;  // the row the lane copies: EXP (RAG, MT = 8) and the MT = 2 form (not ONE)
+  const auto start_unit = [&]() {
+    iw = rows_of(ip);
+    ilast = min(RU - 1, N - 1 - RU * (MOE ? ip % hN : ip));  // dense: ip < units = hN
+    if constexpr (RAG && MT == 8) irow = iw + (int64_t)slot_row(lane >> 1, ilast) * a.row_bytes;
+    else if constexpr (!RAG && MT == 2 && !ONE) irow = iw + (int64_t)min(lane >> 3, ilast) * a.row_bytes;
+  };
+  // EARLY: the first unit's rows, and the generic copy form's (row, piece) of each copy, computed before the
+  // wait (NOTES.md v64); not in the grid K split of Q5_K, MXFP4 and IQ4_XS, 0.7-1.9 us slower with it there
+  constexpr bool EARLY = !(GZ && (T == Q5_K || T == MXFP4 || T == IQ4_XS));
+  // the generic copy form (MT = 4, 8 on whole-piece rows): each lane's (row, piece) of its copies k, the same
+  // every stage
+  constexpr bool GEN = EARLY && !RAG && !FLAT && (MT == 4 || MT == 8) && !ONE;
+  constexpr int NPF = stream_rs<T, MT, RAG>() / 16;  // pieces per row of a full stage: a fixed trip count
+  constexpr int KN = (RPU * NPF + 31) / 32;
+  int cr[KN], cpc[KN];
   auto issue = [&](int st) {
     if (ii < total) {
-      if (is == 0 || ii == 0) {
-        iw = rows_of(ip);
-        ilast = min(RU - 1, N - 1 - RU * (MOE ? ip % hN : ip));  // dense: ip < units = hN
-        if constexpr (RAG && MT == 8) irow = iw + (int64_t)slot_row(lane >> 1, ilast) * a.row_bytes;
-        else if constexpr (!RAG && MT == 2 && !ONE) irow = iw + (int64_t)min(lane >> 3, ilast) * a.row_bytes;
-      }
+      if (ii == 0 ? MOE || !EARLY : is == 0) start_unit();  // EARLY dense: the first unit's set before the wait
       // FLAT: items 16 is .. 16 is + 15 of the unit, all there (the launch takes N a multiple of R), a
       // 16-byte aligned run
       const int b0 = FLAT ? 16 * is * IB : CPS * is * L::CB, mis = L::MIS && !FLAT ? (kph + b0) & 15 : 0;
@@ -261,7 +271,6 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
       const int nP = L::MIS ? (mis + nc * L::CB + 15) / 16 : nc * (L::CB / 16);  // 16-byte pieces per row
       const uint8_t* s0 = iw + (b0 - mis);
       uint8_t* d = buf + st * STAGE;
-      constexpr int NPF = stream_rs<T, MT, RAG>() / 16;  // pieces per row of a full stage: a fixed trip count
       if constexpr (FLAT && RAG) {  // A row j's (row, item) from the 16-byte boundary below it, up to the
                                     // row's end (zeros past it): lanes 2j, 2j + 1 its even and odd pieces
         int r, k;
@@ -340,8 +349,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
           if (h + 8 * k < nP) cp_async16(dst + 128 * k, src + 128 * k);
       } else {
 #pragma unroll
-        for (int k = 0; k < (RPU * NPF + 31) / 32; ++k) {
-          const int q = lane + 32 * k, r = q / NPF, pc = q - r * NPF;
+        for (int k = 0; k < KN; ++k) {
+          const int q = lane + 32 * k, r = GEN ? cr[k] : q / NPF, pc = GEN ? cpc[k] : q - r * NPF;
           if (r < RPU && pc < nP) cp_async16(d + r * RS + 16 * pc, s0 + (int64_t)min(r, ilast) * a.row_bytes + 16 * pc);
         }
       }
@@ -361,8 +370,26 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   if constexpr (MT == 1) {
     if (has0) p0 = x_src(threadIdx.x, in0);
   }
-  if constexpr (!MOE) touch_args(a, gmag);  // (MoE reads its ids' fields there already: x_stride's line is warm)
-  else keep_before(gmag, a.S);  // (gmag: else computed after the wait, where it is first used)
+  // EARLY: the copies' (row, piece) and (dense) the first unit's rows before the wait too, fed to the same
+  // predicated store (else the compiler computes them where used, 100-170 instructions after the wait at MT = 8)
+  uint64_t t = gmag;
+  if constexpr (GEN) {
+#pragma unroll
+    for (int k = 0; k < KN; ++k) {
+      const int q = lane + 32 * k;
+      cr[k] = q / NPF;
+      cpc[k] = q - cr[k] * NPF;
+      t ^= ((uint64_t)cr[k] << 32) ^ cpc[k];
+    }
+  }
+  if constexpr (!MOE && EARLY) {
+    start_unit();
+    touch_args(a, t ^ reinterpret_cast<uintptr_t>(iw) ^ ilast);  // (MoE reads its ids' fields there already)
+  } else if constexpr (!MOE) {
+    touch_args(a, gmag);
+  } else {
+    keep_before(t, a.S);  // (else computed after the wait, where first used)
+  }
   grid_dep_wait();
   // that group, requested before the expert ids are waited for and kept as 16-byte pieces until the first
   // stages are asked for: converted at once, the warp would wait on x before it asks for its weights
