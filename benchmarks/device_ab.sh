@@ -4,7 +4,8 @@
 # then bench_matmul.py runs with the given arguments A, B, A, B, so drift shows as A-A' spread.
 #   bash benchmarks/device_ab.sh [bench_matmul args]      e.g. --moe-only --types MXFP4 --ms 1
 # BASE=DIR picks B's tree; BASE2=DIR adds a third tree (C, run A, B, C, A, B, C), e.g. another value of
-# a compile-time constant; AB_ENV="VAR=value ..." adds A rows with each setting (a knob's other values);
+# a compile-time constant; AB_ENV="VAR=value ..." adds rows of each tree with each setting (a knob's other
+# values, e.g. GGUF_KERNELS_PDL=0: whether a difference between the trees lives in the dependent launch);
 # AB_TESTS="tests/x.py::test_a ..." then runs those tests on A's build, and again under memcheck.
 # Each run's table goes to $OUT (LABEL.md); its log, and the memcheck shards', stay in /tmp/ab_logs,
 # since the device tool brings back only ~8 files (session 39 lost a tree's tables to the logs).
@@ -25,7 +26,9 @@ run() {  # run LABEL KERNELS [ENV...]
 }
 ARGS=("$@")
 for i in 1 2; do run A$i /tmp/ka; run B$i /tmp/kb; [ -n "$BASE2" ] && run C$i /tmp/kc; done
-for e in ${AB_ENV}; do run "A-${e//[^A-Za-z0-9_]/_}" /tmp/ka "$e"; done
+for e in ${AB_ENV}; do
+  for t in a b ${BASE2:+c}; do run "${t^^}-${e//[^A-Za-z0-9_]/_}" /tmp/k$t "$e"; done
+done
 el "timing done"
 if [ -n "$AB_TESTS" ]; then
   GGUF_QUANT_KERNELS=/tmp/ka timeout 300 python3 -m pytest $AB_TESTS -q -p no:cacheprovider 2>&1 | tail -3
