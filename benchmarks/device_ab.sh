@@ -6,9 +6,11 @@
 # BASE=DIR picks B's tree; BASE2=DIR adds a third tree (C, run A, B, C, A, B, C), e.g. another value of
 # a compile-time constant; AB_ENV="VAR=value ..." adds rows of each tree with each setting (a knob's other
 # values, e.g. GGUF_KERNELS_PDL=0: whether a difference between the trees lives in the dependent launch);
-# AB_TESTS="tests/x.py::test_a ..." then runs those tests on A's build, and again under memcheck.
-# Each run's table goes to $OUT (LABEL.md); its log, and the memcheck shards', stay in /tmp/ab_logs,
-# since the device tool brings back only ~8 files (session 39 lost a tree's tables to the logs).
+# AB_ARGS2="--moe-only --ms 1,8" then times a second set of bench_matmul args the same way, on the same
+# builds (labels mA1, mB1, ...); AB_TESTS="tests/x.py::test_a ..." then runs those tests on A's build, and
+# again under memcheck. The rows of every run go to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a
+# run; each run's own table and log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool
+# brings back only ~8 files (session 39 lost a tree's tables to the logs).
 set -o pipefail
 OUTD=${OUT:-/tmp/gguf_out}; LOGD=/tmp/ab_logs; mkdir -p "$OUTD" "$LOGD"
 source benchmarks/device_setup.sh
@@ -20,15 +22,22 @@ build_kernels /tmp/ka "" $J & pa=$!; build_kernels /tmp/kb "$BASE" $J & pb=$!
 wait $pa && wait $pb && { [ -z "$BASE2" ] || wait $pc; } || exit 1
 run() {  # run LABEL KERNELS [ENV...]
   local label=$1 kdir=$2; shift 2
-  env "$@" GGUF_QUANT_KERNELS=$kdir python3 benchmarks/bench_matmul.py "${ARGS[@]}" --out "$OUTD/$label.md" \
+  env "$@" GGUF_QUANT_KERNELS=$kdir python3 benchmarks/bench_matmul.py "${ARGS[@]}" --out "$LOGD/$label.md" \
     > "$LOGD/$label.log" 2>&1 || tail -5 "$LOGD/$label.log"
-  echo "## $label ($kdir $*)"; grep "^| [a-z]" "$OUTD/$label.md"
+  echo "## $label ($kdir $*)"; grep "^| [a-z]" "$LOGD/$label.md"
+}
+rounds() {  # rounds PREFIX: the trees A B [C] twice, then each AB_ENV setting once on every tree
+  for i in 1 2; do run "$1A$i" /tmp/ka; run "$1B$i" /tmp/kb; [ -n "$BASE2" ] && run "$1C$i" /tmp/kc; done
+  for e in ${AB_ENV}; do
+    for t in a b ${BASE2:+c}; do run "$1${t^^}-${e//[^A-Za-z0-9_]/_}" /tmp/k$t "$e"; done
+  done
 }
 ARGS=("$@")
-for i in 1 2; do run A$i /tmp/ka; run B$i /tmp/kb; [ -n "$BASE2" ] && run C$i /tmp/kc; done
-for e in ${AB_ENV}; do
-  for t in a b ${BASE2:+c}; do run "${t^^}-${e//[^A-Za-z0-9_]/_}" /tmp/k$t "$e"; done
-done
+rounds "" | tee "$OUTD/ab.txt"
+if [ -n "$AB_ARGS2" ]; then
+  read -r -a ARGS <<< "$AB_ARGS2"
+  rounds m | tee "$OUTD/ab2.txt"
+fi
 el "timing done"
 if [ -n "$AB_TESTS" ]; then
   GGUF_QUANT_KERNELS=/tmp/ka timeout 300 python3 -m pytest $AB_TESTS -q -p no:cacheprovider 2>&1 | tail -3
