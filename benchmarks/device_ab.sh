@@ -7,8 +7,8 @@
 # a compile-time constant; AB_ENV="VAR=value ..." adds rows of each tree with each setting (a knob's other
 # values, e.g. GGUF_KERNELS_PDL=0: whether a difference between the trees lives in the dependent launch);
 # AB_ARGS2="--moe-only --ms 1,8" then times a second set of bench_matmul args the same way, on the same
-# builds (labels mA1, mB1, ...); AB_TESTS="tests/x.py::test_a ..." then runs those tests on A's build, and
-# again under memcheck. The rows of every run go to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a
+# builds (labels mA1, mB1, ...); AB_TESTS="tests/x.py::test_a ..." (AB_K: a -k expression for them) then
+# runs those tests on A's build, and again under memcheck. The rows of every run go to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a
 # run; each run's own table and log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool
 # brings back only ~8 files (session 39 lost a tree's tables to the logs).
 set -o pipefail
@@ -40,8 +40,10 @@ if [ -n "$AB_ARGS2" ]; then
 fi
 el "timing done"
 if [ -n "$AB_TESTS" ]; then
-  GGUF_QUANT_KERNELS=/tmp/ka timeout 300 python3 -m pytest $AB_TESTS -q -p no:cacheprovider 2>&1 | tail -3
+  K=(); [ -n "$AB_K" ] && K=(-k "$AB_K")
+  GGUF_QUANT_KERNELS=/tmp/ka timeout 300 python3 -m pytest $AB_TESTS "${K[@]}" -q -p no:cacheprovider 2>&1 | tail -3
   el "tests done"
-  GGUF_QUANT_KERNELS=/tmp/ka python3 benchmarks/sanitize_suite.py --shards 2 --timeout 300 --logs $LOGD/sanitize $AB_TESTS
+  GGUF_QUANT_KERNELS=/tmp/ka python3 benchmarks/sanitize_suite.py --shards 8 --timeout 300 --logs $LOGD/sanitize \
+    -- $AB_TESTS "${K[@]}" 2>&1 | tail -3
   el "memcheck done"
 fi
