@@ -8,9 +8,9 @@
 # values, e.g. GGUF_KERNELS_PDL=0: whether a difference between the trees lives in the dependent launch);
 # AB_ARGS2="--moe-only --ms 1,8" then times a second set of bench_matmul args the same way, on the same
 # builds (labels mA1, mB1, ...); AB_TESTS="tests/x.py::test_a ..." (AB_K: a -k expression for them) then
-# runs those tests on A's build, and again under memcheck. The rows of every run go to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a
-# run; each run's own table and log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool
-# brings back only ~8 files (session 39 lost a tree's tables to the logs).
+# runs those tests on A's build, and again under memcheck. The rows of every run go to $OUT/ab.txt (and
+# ab2.txt), one "## LABEL" section a run; each run's own table and log, and the memcheck shards', stay in
+# /tmp/ab_logs, since the device tool brings back only ~8 files (session 39 lost a tree's tables to the logs).
 set -o pipefail
 OUTD=${OUT:-/tmp/gguf_out}; LOGD=/tmp/ab_logs; mkdir -p "$OUTD" "$LOGD"
 source benchmarks/device_setup.sh
