@@ -593,8 +593,6 @@ struct KsGridPlan {
   int Z = 0, ctas = 0, WPC = 0;  // Z = 0: no plan
   size_t smem = 0, part_bytes = 0;  // part_bytes: the meeting buffer's (GemvArgs::ks_part), Z x 128 floats a unit
 };
-// The grid's plan for M tokens: CTAs a slice and warps a CTA (one unit each, one CTA an SM), on the
-// clusters' rules (slices of whole chunks and 16-byte runs; the fewest slices that give 8 warps a CTA).
 // The grid K split's weights as a 2-D tensor map (NOTES.md v70): N rows of row_bytes / 4 words, a box of a unit's
 // 2 MT rows by a stage's stream_rs bytes, rows past N read as zeros; encoded by the driver's cuTensorMapEncodeTiled,
 // reached through the runtime's entry point (no link to libcuda). False where it cannot be (the clusters then).
@@ -619,6 +617,8 @@ bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm) {
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
+// The grid's plan for M tokens: CTAs a slice and warps a CTA (one unit each, one CTA an SM), on the
+// clusters' rules (slices of whole chunks and 16-byte runs; the fewest slices that give 8 warps a CTA).
 template <int T>
 KsGridPlan ks_grid_plan(int N, int K, int M) {
   using L = FT<T>;
@@ -705,7 +705,8 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       if (ks_groups_a_thread<T>(nch, Z, WPC) > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
       const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
       const cudaLaunchAttribute cl = cluster_attr(Z);
-      return launch_kernel_with(&cl, kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, a, WeightMap<false>{});
+      return launch_kernel_with(&cl, kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, a,
+                                WeightMap<false>{});
     }
   }
   return cudaErrorNotSupported;
