@@ -567,13 +567,14 @@ inline int knob_ks_grid() {
 }
 // Where the grid is taken by default (v56, H200, M = 3..8 against clusters in one call): Q4_K and Q5_K
 // from K = 8192 (-0.2 to -0.7 us there, -1.7 to -2.3 at 14336 -> 4096, where clusters of 4 sit 30 to
-// the GPU and leave 9 warps a CTA); Q6_K from K = 12288 (-2.5 to -3.0 us; +0.5 to +1.6 at 8192); MXFP4 and
-// IQ4_XS from K = 12288 and M = 6 (-0.3 to -1.1 us; even below). Q4_0 (+0.5 to +1.3 us), Q8_0 (+1.4) and
-// every K = 4096 (+0.3 to +1.1) lose to the barrier's cost.
+// the GPU and leave 9 warps a CTA); Q6_K from K = 12288 (-2.5 to -3.0 us; +0.5 to +1.6 at 8192). Since its
+// stages became tensor-map copies (v70, session 49, 14336 -> 4096): also Q4_0, MXFP4 and IQ4_XS from
+// K = 12288 at every M (-0.05 to -1.6 us; MXFP4 / IQ4_XS had it from M = 6). Q8_0 (+1.0 to +1.3 us there)
+// and every K = 4096 (+0.3 to +1.6) still lose to the barrier's cost.
 template <int T>
-constexpr bool ks_grid_auto(int K, int M) {
-  return ((T == Q4_K || T == Q5_K) && K >= 8192) || (T == Q6_K && K >= 12288) ||
-         ((T == MXFP4 || T == IQ4_XS) && K >= 12288 && M >= 6);
+constexpr bool ks_grid_auto(int K) {
+  return ((T == Q4_K || T == Q5_K) && K >= 8192) ||
+         ((T == Q6_K || T == Q4_0 || T == MXFP4 || T == IQ4_XS) && K >= 12288);
 }
 // Whether K's nch chunks split into Z slices (the knob ks > 0 forcing Z = ks): slices of whole chunks,
 // starting 16-byte aligned in every row (Q6_K: 4-byte, its stages' copies start at the 16-byte boundary
@@ -639,7 +640,7 @@ KsGridPlan ks_grid_plan(int N, int K, int M) {
                       one_cta_an_sm_smem());
     if (p.WPC > 16 || p.smem > stream_smem_cap() || ks_groups_a_thread<T>(nch, Z, p.WPC) > 8) continue;
     if (ks < 0 && p.WPC < 8 && Z < kKsGridMaxZ) continue;
-    if (kg < 0 && !ks_grid_auto<T>(K, M)) return {};
+    if (kg < 0 && !ks_grid_auto<T>(K)) return {};
     return p;
   }
   return {};
