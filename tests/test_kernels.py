@@ -190,9 +190,9 @@ def test_matmul_stream_ksplit(name, M, rng):
     launch with 8 warps (212 KB; test_matmul_stream_smem_cap runs both under 200 KB). N = 4095 with
     K = 14336 and 4096: Q6_K, MXFP4 and IQ4_XS take clusters of 2 with two warps a unit, each reading half
     the CTA's slice (v48; test_matmul_stream_ks_warps_a_unit runs every type both ways), and K = 512,
-    where a slice can be one stage and the first warp of a unit then reads none. At K = 14336 the K-quants
-    (and MXFP4, IQ4_XS from M = 6) take the split over a plain grid instead (v56,
-    test_matmul_stream_ks_grid runs every case both ways). fp16 activations once."""
+    where a slice can be one stage and the first warp of a unit then reads none. At K = 14336 every type but
+    Q8_0 takes the split over a plain grid instead (v56, v70; test_matmul_stream_ks_grid runs every case
+    both ways). fp16 activations once."""
     for N, K in ((4095, 14336), (999, 4096), (14335, 4096), (4095, 4096), (4095, 512)):
         check_matmul(name, M, N, K, rng)
     if M == 8:
@@ -222,7 +222,7 @@ def test_matmul_stream_ks_warps_a_unit(h):
 def test_matmul_stream_ks_grid():
     """The K split over a plain grid, its slices meeting at the grid barrier of a cooperative launch (v55:
     ranks 1 .. Z - 1 store their sums in a buffer of the call, rank 0 adds them after the barrier), taken
-    by default where it wins (Q4_K, Q5_K from K = 8192; Q6_K, MXFP4 and IQ4_XS (M >= 6) from 12288). In children:
+    by default where it wins (Q4_K, Q5_K from K = 8192; Q4_0, Q6_K, MXFP4 and IQ4_XS from 12288). In children:
     GGUF_KERNELS_FAST_KS_GRID=1 (the grid wherever it fits) on test_matmul_stream_ksplit (every type,
     M = 3..8, 2 to 8 slices, Q6_K's 4-byte aligned ones), the dependent-launch chain in a CUDA graph at
     M = 8 (replays of cooperative kernel nodes) and launches on two streams at once; then

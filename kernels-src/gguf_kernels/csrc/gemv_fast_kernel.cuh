@@ -3,6 +3,7 @@
 // the launch rules in gemv_fast_launch.cuh; each fast_*.cu instantiates them for one type.
 #pragma once
 #include <cooperative_groups.h>
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -70,6 +71,21 @@ __device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity
                  : "r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(parity)
                  : "memory");
   }
+}
+// The grid K split's stages by tensor-map copies (PTX ISA "cp.async.bulk.tensor", "mbarrier"; NOTES.md v70): a
+// barrier of n arrivals a buffer, and one copy of the box at words x, rows y from y into the shared-window
+// address dst (128-byte aligned), its bytes counted on bar
+__device__ __forceinline__ void mbar_init_n(uint64_t* bar, int n) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n"
+               "fence.mbarrier_init.release.cluster;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(n)
+               : "memory");
+}
+__device__ __forceinline__ void tensor_copy_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"((uint32_t)__cvta_generic_to_shared(bar))
+      : "memory");
 }
 // v into rank 0's copy of `local` (16-byte aligned), its bytes counted on rank 0's copy of `bar`
 __device__ __forceinline__ void st_async_rank0_v4(float* local, uint64_t* bar, const float (&v)[4]) {
@@ -150,6 +166,16 @@ struct FastArgs {
   int gz;
   float* part;
   size_t part_bytes;
+};
+// gemv_stream_kernel's second parameter: for the grid K split (GZ) its weights as a 2-D tensor map ([N rows,
+// row_bytes / 4 words], a box of a unit's rows by a stage's pieces) for its one copy a stage (NOTES.md v70),
+// encoded by launch_stream_ks; empty elsewhere (a member of FastArgs, over-aligned, moved every kernel's
+// parameters and changed the SASS of kernels that do not use it)
+template <bool GZ>
+struct WeightMap {};
+template <>
+struct WeightMap<true> {
+  CUtensorMap map;
 };
 
 // Keeps the work behind t (reads, arithmetic) where it is, before griddepcontrol.wait: ptxas drops or sinks

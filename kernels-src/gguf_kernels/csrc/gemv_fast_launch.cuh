@@ -1,6 +1,8 @@
 // Host side of the fast small-M matmul: environment knobs, launches (dependent, clustered), and the
 // rules that pick a kernel and its geometry for each call (gemv_fast_kernel.cuh, gemv_stream_kernel.cuh).
 #pragma once
+#include <cudaTypedefs.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -424,7 +426,7 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   const cudaError_t e = stream_attrs<T, XT, MOE, MT, RAG, ONE>();
   if (e != cudaSuccess) return e;
   const size_t smem = pdl ? std::max(ch.smem, one_cta_an_sm_smem()) : ch.smem;
-  return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a);
+  return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a, WeightMap<false>{});
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
@@ -565,13 +567,14 @@ inline int knob_ks_grid() {
 }
 // Where the grid is taken by default (v56, H200, M = 3..8 against clusters in one call): Q4_K and Q5_K
 // from K = 8192 (-0.2 to -0.7 us there, -1.7 to -2.3 at 14336 -> 4096, where clusters of 4 sit 30 to
-// the GPU and leave 9 warps a CTA); Q6_K from K = 12288 (-2.5 to -3.0 us; +0.5 to +1.6 at 8192); MXFP4 and
-// IQ4_XS from K = 12288 and M = 6 (-0.3 to -1.1 us; even below). Q4_0 (+0.5 to +1.3 us), Q8_0 (+1.4) and
-// every K = 4096 (+0.3 to +1.1) lose to the barrier's cost.
+// the GPU and leave 9 warps a CTA); Q6_K from K = 12288 (-2.5 to -3.0 us; +0.5 to +1.6 at 8192). Since its
+// stages became tensor-map copies (v70, session 49, 14336 -> 4096): also Q4_0, MXFP4 and IQ4_XS from
+// K = 12288 at every M (-0.05 to -1.6 us; MXFP4 / IQ4_XS had it from M = 6). Q8_0 (+1.0 to +1.3 us there)
+// and every K = 4096 (+0.3 to +1.6) still lose to the barrier's cost.
 template <int T>
-constexpr bool ks_grid_auto(int K, int M) {
-  return ((T == Q4_K || T == Q5_K) && K >= 8192) || (T == Q6_K && K >= 12288) ||
-         ((T == MXFP4 || T == IQ4_XS) && K >= 12288 && M >= 6);
+constexpr bool ks_grid_auto(int K) {
+  return ((T == Q4_K || T == Q5_K) && K >= 8192) ||
+         ((T == Q6_K || T == Q4_0 || T == MXFP4 || T == IQ4_XS) && K >= 12288);
 }
 // Whether K's nch chunks split into Z slices (the knob ks > 0 forcing Z = ks): slices of whole chunks,
 // starting 16-byte aligned in every row (Q6_K: 4-byte, its stages' copies start at the 16-byte boundary
@@ -591,6 +594,30 @@ struct KsGridPlan {
   int Z = 0, ctas = 0, WPC = 0;  // Z = 0: no plan
   size_t smem = 0, part_bytes = 0;  // part_bytes: the meeting buffer's (GemvArgs::ks_part), Z x 128 floats a unit
 };
+// The grid K split's weights as a 2-D tensor map (NOTES.md v70): N rows of row_bytes / 4 words, a box of a unit's
+// 2 MT rows by a stage's stream_rs bytes, rows past N read as zeros; encoded by the driver's cuTensorMapEncodeTiled,
+// reached through the runtime's entry point (no link to libcuda). False where it cannot be (the clusters then).
+template <int T>
+bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm) {
+  constexpr int MT = 8;
+  static const auto encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (!encode || a.row_bytes % 16 || reinterpret_cast<uintptr_t>(a.w) % 16) return false;
+  const cuuint64_t dims[2] = {(cuuint64_t)a.row_bytes / 4, (cuuint64_t)a.N};
+  const cuuint64_t stride[1] = {(cuuint64_t)a.row_bytes};
+  const cuuint32_t box[2] = {(cuuint32_t)stream_rs<T, MT, false>() / 4, 2 * MT}, step[2] = {1, 1};
+  return encode(&wm.map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, const_cast<uint8_t*>(a.w), dims, stride, box, step,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
 // The grid's plan for M tokens: CTAs a slice and warps a CTA (one unit each, one CTA an SM), on the
 // clusters' rules (slices of whole chunks and 16-byte runs; the fewest slices that give 8 warps a CTA).
 template <int T>
@@ -607,11 +634,13 @@ KsGridPlan ks_grid_plan(int N, int K, int M) {
     p.part_bytes = (size_t)units * Z * kKsSums * 4;
     p.WPC = (units + num_sms() / Z - 1) / (num_sms() / Z);
     p.ctas = (units + p.WPC - 1) / p.WPC;
-    p.smem = std::max(MT * stream_rec_stride<T, MT>(K / Z) + (size_t)p.WPC * 2 * 2 * MT * stream_rs<T, MT, false>(),
+    // (the records padded to 128 bytes, each stage buffer's barrier after the stages: NOTES.md v70)
+    p.smem = std::max((MT * stream_rec_stride<T, MT>(K / Z) + 127) / 128 * 128 +
+                          (size_t)p.WPC * 2 * (2 * MT * stream_rs<T, MT, false>() + 8),
                       one_cta_an_sm_smem());
     if (p.WPC > 16 || p.smem > stream_smem_cap() || ks_groups_a_thread<T>(nch, Z, p.WPC) > 8) continue;
     if (ks < 0 && p.WPC < 8 && Z < kKsGridMaxZ) continue;
-    if (kg < 0 && !ks_grid_auto<T>(K, M)) return {};
+    if (kg < 0 && !ks_grid_auto<T>(K)) return {};
     return p;
   }
   return {};
@@ -643,9 +672,12 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     cudaLaunchAttribute coop = {};
     coop.id = cudaLaunchAttributeCooperative;
     coop.val.cooperative = 1;
-    const cudaError_t e = launch_kernel_with(&coop, grid_kernel, dim3(g.ctas * g.Z), dim3(32 * g.WPC), g.smem, stream,
-                                             follows_stream_kernel(stream), a);
-    if (e != cudaErrorNotSupported) return e;
+    WeightMap<true> wm;
+    if (encode_weight_map<T>(a, wm)) {
+      const cudaError_t e = launch_kernel_with(&coop, grid_kernel, dim3(g.ctas * g.Z), dim3(32 * g.WPC), g.smem,
+                                               stream, follows_stream_kernel(stream), a, wm);
+      if (e != cudaErrorNotSupported) return e;
+    }
   }
   for (int Z : {2, 4, 8}) {
     if (!ks_slices_fit<T>(nch, Z, ks)) continue;
@@ -674,7 +706,8 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       if (ks_groups_a_thread<T>(nch, Z, WPC) > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
       const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
       const cudaLaunchAttribute cl = cluster_attr(Z);
-      return launch_kernel_with(&cl, kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, a);
+      return launch_kernel_with(&cl, kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, a,
+                                WeightMap<false>{});
     }
   }
   return cudaErrorNotSupported;

@@ -89,7 +89,8 @@ constexpr int stream_reg_cap() {
                                                                                                                 : 96;
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool KS = false, bool GZ = false>
-__global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_stream_kernel(const FastArgs a) {
+__global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
+    gemv_stream_kernel(const FastArgs a, const __grid_constant__ WeightMap<GZ> wm) {
   using L = FT<T>;
   using R = StreamRecs<T>;
   static_assert(MT == 1 || (MT == 2 && !RAG) || ((MT == 4 || MT == 8) && !MOE && !RAG) || (MT == 8 && MOE && RAG),
@@ -134,10 +135,13 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   const int nx = MOE ? a.nx : ONE ? 1 : MT;
   const auto rec_off = [&](int xr) { return stream_rec_off(xr, RB, MT); };
   uint8_t* recs = smem;
-  uint8_t* buf = recs + nx * RB + (size_t)warp * S * STAGE;
+  // BULK (the grid K split, NOTES.md v70): its stages copied by tensor map, each buffer 128-byte aligned
+  constexpr bool BULK = GZ;
+  const size_t rend = BULK ? (nx * RB + 127) / 128 * 128 : nx * RB;  // the records' end
+  uint8_t* buf = recs + rend + (size_t)warp * S * STAGE;
   // FLAT: each warp's item sums of a unit (kFlatItemBytes), then the MoE tables
-  float* itm = reinterpret_cast<float*>(recs + nx * RB + (size_t)WPC * S * STAGE) + warp * (kFlatItemBytes / 4);
-  int* sid = reinterpret_cast<int*>(recs + nx * RB + (size_t)WPC * (S * STAGE + (FLAT ? kFlatItemBytes : 0)));  // MOE: experts
+  float* itm = reinterpret_cast<float*>(recs + rend + (size_t)WPC * S * STAGE) + warp * (kFlatItemBytes / 4);
+  int* sid = reinterpret_cast<int*>(recs + rend + (size_t)WPC * (S * STAGE + (FLAT ? kFlatItemBytes : 0)));  // MOE: experts
   // EXP: the tables of exp_table_ints after the pairs' experts
   int* first_of = sid + exp_sid_ints(a.P);
   int* hexp = first_of + exp_first_of_ints(a.n_experts);
@@ -172,11 +176,20 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   // every stage's copy start (mis) adds to its offset in the slice
   const int kph = KS && L::MIS ? (int)(((int64_t)rank * nch * L::CB) & 15) : 0;
   // KS: the meeting's slots (ranks 1.., a warp's 32 x 4 sums each) and rank 0's barriers, after the stages
-  float* slots = reinterpret_cast<float*>(recs + nx * RB + (size_t)WPC * S * STAGE);
+  float* slots = reinterpret_cast<float*>(recs + rend + (size_t)WPC * S * STAGE);
   uint64_t* mbar = reinterpret_cast<uint64_t*>(slots + (KS ? ((int)cluster_reg_size() - 1) * WPC * kKsSums : 0));
   if (KS && !gz) {
     if (rank == 0 && lane == 0) mbar_init_cluster(mbar + warp);
     cluster_arrive_relaxed();  // (waited on before the first store into rank 0)
+  }
+  // BULK: buffer b's barrier (after the stages, where the clusters keep their meeting's), one arrival (lane 0,
+  // with the stage's bytes) a phase, in place of cp.async's groups
+  uint64_t* sbar = mbar + warp * S;
+  if constexpr (BULK) {
+    if (lane == 0) {
+      for (int b = 0; b < S; ++b) mbar_init_n(sbar + b, 1);
+    }
+    __syncwarp();
   }
   // Warp gw reads units gw, gw + GW, ... whole; or, a.split, CTA b owns units [u0, u1) and its warps
   // read equal runs of their stages [j0, j0 + total), the warps of a unit cut between them adding into
@@ -257,7 +270,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
   constexpr bool EARLY = !(GZ && (T == Q5_K || T == MXFP4 || T == IQ4_XS));
   // the generic copy form (MT = 4, 8 on whole-piece rows): each lane's (row, piece) of its copies k, the same
   // every stage
-  constexpr bool GEN = EARLY && !RAG && !FLAT && (MT == 4 || MT == 8) && !ONE;
+  constexpr bool GEN = EARLY && !BULK && !RAG && !FLAT && (MT == 4 || MT == 8) && !ONE;
   constexpr int NPF = stream_rs<T, MT, RAG>() / 16;  // pieces per row of a full stage: a fixed trip count
   constexpr int KN = (RPU * NPF + 31) / 32;
   int cr[KN], cpc[KN];
@@ -347,6 +360,12 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
 #pragma unroll
         for (int k = 0; k < (NPF + 7) / 8; ++k)
           if (h + 8 * k < nP) cp_async16(dst + 128 * k, src + 128 * k);
+      } else if constexpr (BULK) {  // the unit's RPU rows by NPF pieces from the stage's first (rows past N: zeros)
+        if (lane == 0) {
+          mbar_expect_bytes(sbar + st, 16u * NPF * RPU);
+          tensor_copy_2d((uint32_t)__cvta_generic_to_shared(d), &wm.map, (rank * nch * L::CB + b0 - mis) / 4, RU * ip,
+                         sbar + st);
+        }
       } else {
 #pragma unroll
         for (int k = 0; k < KN; ++k) {
@@ -450,7 +469,10 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
     }
     __syncthreads();
   }
-  for (int s = 0; s < S - 1; ++s) { issue(s); cp_async_commit(); }
+  for (int s = 0; s < S - 1; ++s) {
+    issue(s);
+    if constexpr (!BULK) cp_async_commit();
+  }
   if constexpr (MT == 8) {
     // 8 tokens' records, about 5 groups a thread at 7 warps: each group's x asked for an iteration
     // ahead (M = 8 4096 -> 14336: -2..-3%, NOTES.md v13)
@@ -549,11 +571,13 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
       }
     }
   };
+  uint32_t ph = 0;  // BULK: buffer cur's phase (its uses so far, mod 2)
   for (int i = 0; i < total; ++i) {
-    wait_stages(S);
+    if constexpr (BULK) mbar_wait_cluster(sbar + cur, ph);
+    else wait_stages(S);
     __syncwarp();
     issue(cur == 0 ? S - 1 : cur - 1);
-    cp_async_commit();
+    if constexpr (!BULK) cp_async_commit();
     const int c0 = CPS * s;
     // lanes whose chunk is past K (a short last stage) decode the stage's first chunk: their
     // products are not kept
@@ -692,6 +716,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>())) gemv_strea
     }
     __syncwarp();
     cur = cur + 1 == S ? 0 : cur + 1;
+    if constexpr (BULK) ph ^= cur == 0;
     const bool unit_end = ++s == nst;
     if (unit_end || (split && i == total - 1)) {  // the unit's last stage (or the warp's): sum over the
                                                   // lanes of one (row, token): chunks kap, and columns c
