@@ -167,9 +167,9 @@ struct FastArgs {
   float* part;
   size_t part_bytes;
 };
-// gemv_stream_kernel's second parameter: for the grid K split (GZ) its weights as a 2-D tensor map ([N rows,
-// row_bytes / 4 words], a box of a unit's rows by a stage's pieces) for its one copy a stage (NOTES.md v70),
-// encoded by launch_stream_ks; empty elsewhere (a member of FastArgs, over-aligned, moved every kernel's
+// gemv_stream_kernel's second parameter: for the K split (KS, grid and clusters) its weights as a 2-D tensor map
+// ([N rows, row_bytes / 4 words], a box of a unit's rows by a stage's pieces) for its one copy a stage (NOTES.md
+// v70, v71), encoded by launch_stream_ks; empty elsewhere (a member of FastArgs, over-aligned, moved every kernel's
 // parameters and changed the SASS of kernels that do not use it)
 template <bool GZ>
 struct WeightMap {};

@@ -596,7 +596,7 @@ struct KsGridPlan {
 };
 // The grid K split's weights as a 2-D tensor map (NOTES.md v70): N rows of row_bytes / 4 words, a box of a unit's
 // 2 MT rows by a stage's stream_rs bytes, rows past N read as zeros; encoded by the driver's cuTensorMapEncodeTiled,
-// reached through the runtime's entry point (no link to libcuda). False where it cannot be (the clusters then).
+// reached through the runtime's entry point (no link to libcuda). False where it cannot be (no K split then).
 template <int T>
 bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm) {
   constexpr int MT = 8;
@@ -656,6 +656,9 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   if (stream_attrs<T, XT, false, MT, false, false, true>() != cudaSuccess) return cudaErrorNotSupported;
   static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
   (void)recorded;
+  // both forms copy their stages by tensor map (NOTES.md v70, v71): none where it cannot be encoded
+  WeightMap<true> wm;
+  if (!encode_weight_map<T>(a0, wm)) return cudaErrorNotSupported;
   const KsGridPlan g = ks_grid_plan<T>(a0.N, a0.K, a0.M);
   const auto grid_kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true, true>;
   if (g.Z && a0.part && a0.part_bytes >= g.part_bytes &&
@@ -672,12 +675,9 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     cudaLaunchAttribute coop = {};
     coop.id = cudaLaunchAttributeCooperative;
     coop.val.cooperative = 1;
-    WeightMap<true> wm;
-    if (encode_weight_map<T>(a, wm)) {
-      const cudaError_t e = launch_kernel_with(&coop, grid_kernel, dim3(g.ctas * g.Z), dim3(32 * g.WPC), g.smem,
-                                               stream, follows_stream_kernel(stream), a, wm);
-      if (e != cudaErrorNotSupported) return e;
-    }
+    const cudaError_t e = launch_kernel_with(&coop, grid_kernel, dim3(g.ctas * g.Z), dim3(32 * g.WPC), g.smem, stream,
+                                             follows_stream_kernel(stream), a, wm);
+    if (e != cudaErrorNotSupported) return e;
   }
   for (int Z : {2, 4, 8}) {
     if (!ks_slices_fit<T>(nch, Z, ks)) continue;
@@ -687,7 +687,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     FastArgs a = a0;
     a.K = a0.K / Z;
     a.S = 2;
-    const size_t fixed = MT * stream_rec_stride<T, MT>(a.K);
+    const size_t fixed = (MT * stream_rec_stride<T, MT>(a.K) + 127) / 128 * 128;
     for (int H = 1; H <= ks_max_h<T>(); H *= 2) {
       a.split = H;
       int clusters = num_sms() / Z, WPC = 0;
@@ -695,7 +695,8 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       bool fits = false;
       for (int it = 0; it < 4 && clusters > 0 && !fits; ++it) {  // as many clusters as can run at once
         WPC = H * ((units + clusters - 1) / clusters);
-        smem = std::max(fixed + (size_t)WPC * (a.S * 2 * MT * stream_rs<T, MT, false>() + ks_meet_bytes(Z)),
+        // (the records padded to 128 bytes, each stage buffer's barrier after the meeting's: NOTES.md v71)
+        smem = std::max(fixed + (size_t)WPC * (a.S * (2 * MT * stream_rs<T, MT, false>() + 8) + ks_meet_bytes(Z)),
                         one_cta_an_sm_smem());
         if (WPC > 16 || smem > stream_smem_cap()) break;
         const int n = active_clusters(kernel, clusters, Z, WPC, smem);
@@ -706,8 +707,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       if (ks_groups_a_thread<T>(nch, Z, WPC) > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
       const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
       const cudaLaunchAttribute cl = cluster_attr(Z);
-      return launch_kernel_with(&cl, kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, a,
-                                WeightMap<false>{});
+      return launch_kernel_with(&cl, kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, a, wm);
     }
   }
   return cudaErrorNotSupported;

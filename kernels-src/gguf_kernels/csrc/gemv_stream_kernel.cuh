@@ -90,7 +90,7 @@ constexpr int stream_reg_cap() {
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool KS = false, bool GZ = false>
 __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
-    gemv_stream_kernel(const FastArgs a, const __grid_constant__ WeightMap<GZ> wm) {
+    gemv_stream_kernel(const FastArgs a, const __grid_constant__ WeightMap<KS> wm) {
   using L = FT<T>;
   using R = StreamRecs<T>;
   static_assert(MT == 1 || (MT == 2 && !RAG) || ((MT == 4 || MT == 8) && !MOE && !RAG) || (MT == 8 && MOE && RAG),
@@ -135,8 +135,9 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   const int nx = MOE ? a.nx : ONE ? 1 : MT;
   const auto rec_off = [&](int xr) { return stream_rec_off(xr, RB, MT); };
   uint8_t* recs = smem;
-  // BULK (the grid K split, NOTES.md v70): its stages copied by tensor map, each buffer 128-byte aligned
-  constexpr bool BULK = GZ;
+  // BULK (the K split, grid (NOTES.md v70) and clusters (v71)): its stages copied by tensor map, each buffer
+  // 128-byte aligned
+  constexpr bool BULK = KS;
   const size_t rend = BULK ? (nx * RB + 127) / 128 * 128 : nx * RB;  // the records' end
   uint8_t* buf = recs + rend + (size_t)warp * S * STAGE;
   // FLAT: each warp's item sums of a unit (kFlatItemBytes), then the MoE tables
@@ -182,9 +183,9 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
     if (rank == 0 && lane == 0) mbar_init_cluster(mbar + warp);
     cluster_arrive_relaxed();  // (waited on before the first store into rank 0)
   }
-  // BULK: buffer b's barrier (after the stages, where the clusters keep their meeting's), one arrival (lane 0,
-  // with the stage's bytes) a phase, in place of cp.async's groups
-  uint64_t* sbar = mbar + warp * S;
+  // BULK: buffer b's barrier (the grid: after the stages; the clusters: after their meeting's), one arrival
+  // (lane 0, with the stage's bytes) a phase, in place of cp.async's groups
+  uint64_t* sbar = mbar + (GZ ? 0 : WPC) + warp * S;
   if constexpr (BULK) {
     if (lane == 0) {
       for (int b = 0; b < S; ++b) mbar_init_n(sbar + b, 1);
