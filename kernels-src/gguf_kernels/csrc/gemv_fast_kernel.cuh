@@ -72,9 +72,9 @@ __device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity
                  : "memory");
   }
 }
-// The grid K split's stages by tensor-map copies (PTX ISA "cp.async.bulk.tensor", "mbarrier"; NOTES.md v70): a
-// barrier of n arrivals a buffer, and one copy of the box at words x, rows y from y into the shared-window
-// address dst (128-byte aligned), its bytes counted on bar
+// The stages by tensor-map copies (PTX ISA "cp.async.bulk.tensor", "mbarrier"; NOTES.md v70, v71): a barrier of
+// n arrivals a buffer, and one copy of map's box at element x, row y into the shared-window address dst (128-byte
+// aligned), its bytes counted on bar
 __device__ __forceinline__ void mbar_init_n(uint64_t* bar, int n) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n"
                "fence.mbarrier_init.release.cluster;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(n)
@@ -171,7 +171,7 @@ struct FastArgs {
 // ([N rows, row_bytes / 4 words], a box of a unit's rows by a stage's pieces) for its one copy a stage (NOTES.md
 // v70, v71), encoded by launch_stream_ks; empty elsewhere (a member of FastArgs, over-aligned, moved every kernel's
 // parameters and changed the SASS of kernels that do not use it)
-template <bool GZ>
+template <bool USED>
 struct WeightMap {};
 template <>
 struct WeightMap<true> {

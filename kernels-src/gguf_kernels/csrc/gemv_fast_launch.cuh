@@ -594,7 +594,7 @@ struct KsGridPlan {
   int Z = 0, ctas = 0, WPC = 0;  // Z = 0: no plan
   size_t smem = 0, part_bytes = 0;  // part_bytes: the meeting buffer's (GemvArgs::ks_part), Z x 128 floats a unit
 };
-// The grid K split's weights as a 2-D tensor map (NOTES.md v70): N rows of row_bytes / 4 words, a box of a unit's
+// The K split's weights as a 2-D tensor map (NOTES.md v70, v71): N rows of row_bytes / 4 words, a box of a unit's
 // 2 MT rows by a stage's stream_rs bytes, rows past N read as zeros; encoded by the driver's cuTensorMapEncodeTiled,
 // reached through the runtime's entry point (no link to libcuda). False where it cannot be (no K split then).
 template <int T>
