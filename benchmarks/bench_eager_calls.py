@@ -1,5 +1,6 @@
 """Host cost of one eager call (M = 1): our ops through the custom op, through what the modules
-call (`ops.run_matmul` / `ops.run_moe_matmul`), the kernel module directly, and torch's own ops.
+call (`ops.run_matmul` / `ops.run_moe_matmul`), the kernel module directly, and torch's own ops; and
+M = 8, whose K split encodes a tensor map of the weights each call (NOTES.md v71).
 
     GGUF_QUANT_KERNELS=<build> python benchmarks/bench_eager_calls.py
 
@@ -38,6 +39,7 @@ def main() -> None:
         sys.exit("no kernel build found: set GGUF_QUANT_KERNELS")
     q4k = qid("Q4_K")
     x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    x8 = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16)
     w = random_weights("Q4_K", (1024,), 4096)
     wb = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
     we = random_weights("Q4_K", (128, 768), 2048)
@@ -47,6 +49,7 @@ def main() -> None:
         "matmul Q4_K 4096 -> 1024, custom op (ops.matmul)": lambda: ops.matmul(x, w, q4k),
         "matmul, as the modules call it (ops.run_matmul)": lambda: ops.run_matmul(x, w, q4k),
         "matmul, kernel module directly": lambda: k.matmul(x, w, q4k),
+        "matmul M = 8 (the K split), kernel module directly": lambda: k.matmul(x8, w, q4k),
         "moe_matmul Q4_K T = 1, custom op (ops.moe_matmul)": lambda: ops.moe_matmul(xe, we, ids, q4k),
         "moe_matmul, as the modules call it (ops.run_moe_matmul)": lambda: ops.run_moe_matmul(xe, we, ids, q4k),
         "moe_matmul, kernel module directly": lambda: k.moe_matmul(xe, we, ids, q4k),
