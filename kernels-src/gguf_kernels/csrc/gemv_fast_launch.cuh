@@ -656,9 +656,9 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   if (stream_attrs<T, XT, false, MT, false, false, true>() != cudaSuccess) return cudaErrorNotSupported;
   static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
   (void)recorded;
-  // both forms copy their stages by tensor map (NOTES.md v70, v71): none where it cannot be encoded
+  // both forms copy their stages by tensor map (NOTES.md v70, v71), encoded once a launch is chosen (a call the
+  // split turns away encodes none): no K split where it cannot be
   WeightMap<true> wm;
-  if (!encode_weight_map<T>(a0, wm)) return cudaErrorNotSupported;
   const KsGridPlan g = ks_grid_plan<T>(a0.N, a0.K, a0.M);
   const auto grid_kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true, true>;
   if (g.Z && a0.part && a0.part_bytes >= g.part_bytes &&
@@ -675,6 +675,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     cudaLaunchAttribute coop = {};
     coop.id = cudaLaunchAttributeCooperative;
     coop.val.cooperative = 1;
+    if (!encode_weight_map<T>(a0, wm)) return cudaErrorNotSupported;
     const cudaError_t e = launch_kernel_with(&coop, grid_kernel, dim3(g.ctas * g.Z), dim3(32 * g.WPC), g.smem, stream,
                                              follows_stream_kernel(stream), a, wm);
     if (e != cudaErrorNotSupported) return e;
@@ -707,6 +708,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       if (ks_groups_a_thread<T>(nch, Z, WPC) > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
       const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
       const cudaLaunchAttribute cl = cluster_attr(Z);
+      if (!encode_weight_map<T>(a0, wm)) return cudaErrorNotSupported;
       return launch_kernel_with(&cl, kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, a, wm);
     }
   }

@@ -269,9 +269,9 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   // EARLY: the first unit's rows, and the generic copy form's (row, piece) of each copy, computed before the
   // wait (NOTES.md v64); not in the grid K split of Q5_K, MXFP4 and IQ4_XS, 0.7-1.9 us slower with it there
   constexpr bool EARLY = !(GZ && (T == Q5_K || T == MXFP4 || T == IQ4_XS));
-  // the generic copy form (MT = 4, 8 on whole-piece rows): each lane's (row, piece) of its copies k, the same
-  // every stage
-  constexpr bool GEN = EARLY && !BULK && !RAG && !FLAT && (MT == 4 || MT == 8) && !ONE;
+  // the generic copy form (MT = 4, 8 on whole-piece rows, but the K split's tensor-map copies, so EARLY holds
+  // wherever it is taken): each lane's (row, piece) of its copies k, the same every stage
+  constexpr bool GEN = !BULK && !RAG && !FLAT && (MT == 4 || MT == 8) && !ONE;
   constexpr int NPF = stream_rs<T, MT, RAG>() / 16;  // pieces per row of a full stage: a fixed trip count
   constexpr int KN = (RPU * NPF + 31) / 32;
   int cr[KN], cpc[KN];
