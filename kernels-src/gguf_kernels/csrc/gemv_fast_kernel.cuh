@@ -72,7 +72,7 @@ __device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity
                  : "memory");
   }
 }
-// The stages by tensor-map copies (PTX ISA "cp.async.bulk.tensor", "mbarrier"; NOTES.md v70, v71): a barrier of
+// The stages by tensor-map copies (PTX ISA "cp.async.bulk.tensor", "mbarrier"; NOTES.md v70-v72): a barrier of
 // n arrivals a buffer, and one copy of map's box at element x, row y into the shared-window address dst (128-byte
 // aligned), its bytes counted on bar
 __device__ __forceinline__ void mbar_init_n(uint64_t* bar, int n) {
@@ -167,10 +167,11 @@ struct FastArgs {
   float* part;
   size_t part_bytes;
 };
-// gemv_stream_kernel's second parameter: for the K split (KS, grid and clusters) its weights as a 2-D tensor map
-// ([N rows, row_bytes / 4 words], a box of a unit's rows by a stage's pieces) for its one copy a stage (NOTES.md
-// v70, v71), encoded by launch_stream_ks; empty elsewhere (a member of FastArgs, over-aligned, moved every kernel's
-// parameters and changed the SASS of kernels that do not use it)
+// gemv_stream_kernel's second parameter: for the forms that copy their stages by tensor map (stream_bulk: the K
+// split, dense M = 1 ONE) the weights as a 2-D tensor map ([N rows, row_bytes in 4- or 8-byte elements], a box
+// of a unit's rows by a stage's pieces) for its one copy a stage (NOTES.md v70-v72), encoded at the launch; empty
+// elsewhere (a member of FastArgs, over-aligned, moved every kernel's parameters and changed the SASS of kernels
+// that do not use it)
 template <bool USED>
 struct WeightMap {};
 template <>

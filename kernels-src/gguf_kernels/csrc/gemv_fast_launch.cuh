@@ -291,7 +291,12 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   const int S = knob_s() ? knob_s() : 2;
   constexpr bool FLAT = stream_flat(MOE, MT, ONE);  // stages of 16 items, and the item sums
   constexpr size_t stage = FLAT ? 16 * flat_slot_bytes<T, RAG>() : 2 * MT * stream_rs<T, MT, RAG>();
-  const auto smem_for = [&](int WPC) { return fixed + (size_t)WPC * (S * stage + (FLAT ? kFlatItemBytes : 0)); };
+  // tensor-map copies (NOTES.md v72): the records padded to 128 bytes, a barrier a stage buffer
+  constexpr bool BULK = stream_bulk<T, MOE, MT, RAG, ONE, false>();
+  const size_t fx = BULK ? (fixed + 127) / 128 * 128 : fixed;
+  const auto smem_for = [&](int WPC) {
+    return fx + (size_t)WPC * (S * (stage + (BULK ? 8 : 0)) + (FLAT ? kFlatItemBytes : 0));
+  };
   StreamChoice best{0, 0, 0, 0, 0, 0};
   int best_rounds = 0, best_cap = 0;
   int64_t best_work = 0;  // rounds x warps per SM: the busiest SM's share of the units
@@ -402,6 +407,32 @@ inline int local_rows(int units, int hN, int x_div, int ctas) {
   }
   return most;
 }
+// The weights as a 2-D tensor map for the stage copies of gemv_stream_kernel's MT-token form (NOTES.md v70-v72):
+// N rows of row_bytes in elements of stream_map_elem bytes, a box of a unit's 2 MT rows by a stage's stream_rs bytes,
+// rows past N read as zeros; encoded by the driver's cuTensorMapEncodeTiled, reached through the runtime's entry
+// point (no link to libcuda). False where it cannot be (the launch then takes no such form).
+template <int T, int MT>
+bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm) {
+  constexpr int E = stream_map_elem<T, MT>();
+  static const auto encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (!encode || a.row_bytes % 16 || reinterpret_cast<uintptr_t>(a.w) % 16) return false;
+  const cuuint64_t dims[2] = {(cuuint64_t)a.row_bytes / E, (cuuint64_t)a.N};
+  const cuuint64_t stride[1] = {(cuuint64_t)a.row_bytes};
+  const cuuint32_t box[2] = {(cuuint32_t)stream_rs<T, MT, false>() / E, 2 * MT}, step[2] = {1, 1};
+  return encode(&wm.map, E == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT64, 2,
+                const_cast<uint8_t*>(a.w), dims, stride, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+         CUDA_SUCCESS;
+}
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   if (!ch.WPC) return cudaErrorNotSupported;
@@ -426,7 +457,13 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   const cudaError_t e = stream_attrs<T, XT, MOE, MT, RAG, ONE>();
   if (e != cudaSuccess) return e;
   const size_t smem = pdl ? std::max(ch.smem, one_cta_an_sm_smem()) : ch.smem;
-  return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a, WeightMap<false>{});
+  if constexpr (stream_bulk<T, MOE, MT, RAG, ONE, false>()) {  // its stages by tensor map (NOTES.md v72)
+    WeightMap<true> wm;
+    if (!encode_weight_map<T, MT>(a, wm)) return cudaErrorNotSupported;
+    return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a, wm);
+  } else {
+    return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a, WeightMap<false>{});
+  }
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
 cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
@@ -594,30 +631,6 @@ struct KsGridPlan {
   int Z = 0, ctas = 0, WPC = 0;  // Z = 0: no plan
   size_t smem = 0, part_bytes = 0;  // part_bytes: the meeting buffer's (GemvArgs::ks_part), Z x 128 floats a unit
 };
-// The K split's weights as a 2-D tensor map (NOTES.md v70, v71): N rows of row_bytes / 4 words, a box of a unit's
-// 2 MT rows by a stage's stream_rs bytes, rows past N read as zeros; encoded by the driver's cuTensorMapEncodeTiled,
-// reached through the runtime's entry point (no link to libcuda). False where it cannot be (no K split then).
-template <int T>
-bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm) {
-  constexpr int MT = 8;
-  static const auto encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      fn = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  if (!encode || a.row_bytes % 16 || reinterpret_cast<uintptr_t>(a.w) % 16) return false;
-  const cuuint64_t dims[2] = {(cuuint64_t)a.row_bytes / 4, (cuuint64_t)a.N};
-  const cuuint64_t stride[1] = {(cuuint64_t)a.row_bytes};
-  const cuuint32_t box[2] = {(cuuint32_t)stream_rs<T, MT, false>() / 4, 2 * MT}, step[2] = {1, 1};
-  return encode(&wm.map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, const_cast<uint8_t*>(a.w), dims, stride, box, step,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
 // The grid's plan for M tokens: CTAs a slice and warps a CTA (one unit each, one CTA an SM), on the
 // clusters' rules (slices of whole chunks and 16-byte runs; the fewest slices that give 8 warps a CTA).
 template <int T>
@@ -675,7 +688,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     cudaLaunchAttribute coop = {};
     coop.id = cudaLaunchAttributeCooperative;
     coop.val.cooperative = 1;
-    if (!encode_weight_map<T>(a0, wm)) return cudaErrorNotSupported;
+    if (!encode_weight_map<T, MT>(a0, wm)) return cudaErrorNotSupported;
     const cudaError_t e = launch_kernel_with(&coop, grid_kernel, dim3(g.ctas * g.Z), dim3(32 * g.WPC), g.smem, stream,
                                              follows_stream_kernel(stream), a, wm);
     if (e != cudaErrorNotSupported) return e;
@@ -708,7 +721,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       if (ks_groups_a_thread<T>(nch, Z, WPC) > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
       const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
       const cudaLaunchAttribute cl = cluster_attr(Z);
-      if (!encode_weight_map<T>(a0, wm)) return cudaErrorNotSupported;
+      if (!encode_weight_map<T, MT>(a0, wm)) return cudaErrorNotSupported;
       return launch_kernel_with(&cl, kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, a, wm);
     }
   }

@@ -16,6 +16,21 @@ GQ_HD constexpr int stream_rs() {
   constexpr int B = (8 / MT) * FT<T>::CB;
   return RAG ? (B + 15 + 15) / 16 * 16 : FT<T>::MIS ? (B + 12 + 15) / 16 * 16 : B;
 }
+// The stage copies by tensor map (NOTES.md v70-v72): one box a stage, the unit's 2 MT rows by stream_rs bytes,
+// in elements of 4 bytes where a row's stage is at most 256 of them (the box's limit a dimension), else 8
+template <int T, int MT>
+GQ_HD constexpr int stream_map_elem() {
+  return stream_rs<T, MT, false>() <= 4 * 256 ? 4 : 8;
+}
+// Whether gemv_stream_kernel<...> copies its stages so: the K split (KS, v70 / v71) and dense M = 1's ONE (4 rows a
+// unit; v72, v73) but for Q8_0. Same build, a call's flag (NOTES.md v73), M = 1, us, cp.async -> tensor map: ONE
+// 13824 -> 5120 Q4_K 16.25 -> 14.8, Q5_K 20.5 -> 19.1, Q6_K (14336 -> 4096) 17.95 -> 16.45, MXFP4 17.7 -> 16.05,
+// IQ4_XS 22.1 -> 20.55; Q8_0 4096 -> 14336 17.0 -> 18.1, 8192 -> 8192 19.15 -> 20.05; the row pairs (Q4_0, Q4_K,
+// Q5_K) -0.2 to +0.25 (Q4_0 4096 -> 4096 4.5 -> 4.7)
+template <int T, bool MOE, int MT, bool RAG, bool ONE, bool KS>
+GQ_HD constexpr bool stream_bulk() {
+  return KS || (!MOE && !RAG && MT == 2 && ONE && T != Q8_0 && stream_rs<T, MT, false>() <= 8 * 256);
+}
 
 // The kept lanes' epilogue of a run of DEF groups (gemv_stream_kernel, MT < 8): e = the kept D values,
 // f = the groups' scales (rows rho, rho + MT), h = their mins; sp = the run's first {sigma, -beta[, S]}.
@@ -90,7 +105,8 @@ constexpr int stream_reg_cap() {
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool KS = false, bool GZ = false>
 __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
-    gemv_stream_kernel(const FastArgs a, const __grid_constant__ WeightMap<KS> wm) {
+    gemv_stream_kernel(const FastArgs a,
+                       const __grid_constant__ WeightMap<stream_bulk<T, MOE, MT, RAG, ONE, KS>()> wm) {
   using L = FT<T>;
   using R = StreamRecs<T>;
   static_assert(MT == 1 || (MT == 2 && !RAG) || ((MT == 4 || MT == 8) && !MOE && !RAG) || (MT == 8 && MOE && RAG),
@@ -135,9 +151,9 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   const int nx = MOE ? a.nx : ONE ? 1 : MT;
   const auto rec_off = [&](int xr) { return stream_rec_off(xr, RB, MT); };
   uint8_t* recs = smem;
-  // BULK (the K split, grid (NOTES.md v70) and clusters (v71)): its stages copied by tensor map, each buffer
-  // 128-byte aligned
-  constexpr bool BULK = KS;
+  // BULK (the K split, grid (NOTES.md v70) and clusters (v71); dense M = 1 ONE, v72): its stages copied by tensor
+  // map, each buffer 128-byte aligned
+  constexpr bool BULK = stream_bulk<T, MOE, MT, RAG, ONE, KS>();
   const size_t rend = BULK ? (nx * RB + 127) / 128 * 128 : nx * RB;  // the records' end
   uint8_t* buf = recs + rend + (size_t)warp * S * STAGE;
   // FLAT: each warp's item sums of a unit (kFlatItemBytes), then the MoE tables
@@ -183,9 +199,9 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
     if (rank == 0 && lane == 0) mbar_init_cluster(mbar + warp);
     cluster_arrive_relaxed();  // (waited on before the first store into rank 0)
   }
-  // BULK: buffer b's barrier (the grid: after the stages; the clusters: after their meeting's), one arrival
-  // (lane 0, with the stage's bytes) a phase, in place of cp.async's groups
-  uint64_t* sbar = mbar + (GZ ? 0 : WPC) + warp * S;
+  // BULK: buffer b's barrier (after the stages; the clusters: after their meeting's), one arrival (lane 0,
+  // with the stage's bytes) a phase, in place of cp.async's groups
+  uint64_t* sbar = mbar + (KS && !GZ ? WPC : 0) + warp * S;
   if constexpr (BULK) {
     if (lane == 0) {
       for (int b = 0; b < S; ++b) mbar_init_n(sbar + b, 1);
@@ -324,6 +340,13 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
           if (pc < (m0 + nc * L::CB + 15) >> 4) cp16_part(d + 16 * pc, p0, 16 * pc, v0, wend);
           if (pc < (m1 + nc * L::CB + 15) >> 4) cp16_part(d + RS + 16 * pc, p1, 16 * pc, v1, wend);
         }
+      } else if constexpr (BULK) {  // the unit's RPU rows by NPF pieces from the stage's first (rows past N: zeros)
+        if (lane == 0) {
+          constexpr int E = stream_map_elem<T, MT>();
+          mbar_expect_bytes(sbar + st, 16u * NPF * RPU);
+          tensor_copy_2d((uint32_t)__cvta_generic_to_shared(d), &wm.map, (rank * nch * L::CB + b0 - mis) / E, RU * ip,
+                         sbar + st);
+        }
       } else if constexpr (FLAT && L::MIS) {  // one contiguous run (the other types: the M = 1 form's two)
 #pragma unroll
         for (int k = 0; k < (IB + 31) / 32; ++k) {
@@ -361,12 +384,6 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
 #pragma unroll
         for (int k = 0; k < (NPF + 7) / 8; ++k)
           if (h + 8 * k < nP) cp_async16(dst + 128 * k, src + 128 * k);
-      } else if constexpr (BULK) {  // the unit's RPU rows by NPF pieces from the stage's first (rows past N: zeros)
-        if (lane == 0) {
-          mbar_expect_bytes(sbar + st, 16u * NPF * RPU);
-          tensor_copy_2d((uint32_t)__cvta_generic_to_shared(d), &wm.map, (rank * nch * L::CB + b0 - mis) / 4, RU * ip,
-                         sbar + st);
-        }
       } else {
 #pragma unroll
         for (int k = 0; k < KN; ++k) {
