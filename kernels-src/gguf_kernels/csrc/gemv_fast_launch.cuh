@@ -407,6 +407,15 @@ inline int local_rows(int units, int hN, int x_div, int ctas) {
   }
   return most;
 }
+// GGUF_KERNELS_FAST_MAP_L2: the weight maps' L2 promotion, 0 none, 1 64 B, 2 128 B, 3 256 B (the default, never
+// timed against the others; A/B runs)
+inline CUtensorMapL2promotion map_l2_promotion() {
+  static const int v = env_knob("GGUF_KERNELS_FAST_MAP_L2", 3);
+  return v == 0 ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+         : v == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
+         : v == 2 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                  : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+}
 // The weights as a 2-D tensor map for the stage copies of gemv_stream_kernel's MT-token form (NOTES.md v70-v72):
 // N rows of row_bytes in elements of stream_map_elem bytes, a box of a unit's 2 MT rows by a stage's stream_rs bytes,
 // rows past N read as zeros; encoded by the driver's cuTensorMapEncodeTiled, reached through the runtime's entry
@@ -430,7 +439,7 @@ bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm) {
   const cuuint32_t box[2] = {(cuuint32_t)stream_rs<T, MT, false>() / E, 2 * MT}, step[2] = {1, 1};
   return encode(&wm.map, E == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT64, 2,
                 const_cast<uint8_t*>(a.w), dims, stride, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+                CU_TENSOR_MAP_SWIZZLE_NONE, map_l2_promotion(), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
          CUDA_SUCCESS;
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
