@@ -293,9 +293,9 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   constexpr size_t stage = FLAT ? 16 * flat_slot_bytes<T, RAG>() : 2 * MT * stream_rs<T, MT, RAG>();
   // tensor-map copies (NOTES.md v72, v73): the records padded to 128 bytes, a barrier a stage buffer
   constexpr bool BULK = stream_bulk<T, MOE, MT, RAG, ONE, false>();
-  const size_t fx = BULK ? (fixed + 127) / 128 * 128 : fixed;
+  const size_t fx = stream_recs_end(fixed, BULK);
   const auto smem_for = [&](int WPC) {
-    return fx + (size_t)WPC * (S * (stage + (BULK ? 8 : 0)) + (FLAT ? kFlatItemBytes : 0));
+    return fx + (size_t)WPC * (S * (stage + (BULK ? kStageBarBytes : 0)) + (FLAT ? kFlatItemBytes : 0));
   };
   StreamChoice best{0, 0, 0, 0, 0, 0};
   int best_rounds = 0, best_cap = 0;
@@ -416,13 +416,9 @@ inline CUtensorMapL2promotion map_l2_promotion() {
          : v == 2 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
                   : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
 }
-// The weights as a 2-D tensor map for the stage copies of gemv_stream_kernel's MT-token form (NOTES.md v70-v72):
-// N rows of row_bytes in elements of stream_map_elem bytes, a box of a unit's 2 MT rows by a stage's stream_rs bytes,
-// rows past N read as zeros; encoded by the driver's cuTensorMapEncodeTiled, reached through the runtime's entry
-// point (no link to libcuda). False where it cannot be (the launch then takes no such form).
-template <int T, int MT>
-bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm) {
-  constexpr int E = stream_map_elem<T, MT>();
+// The driver's cuTensorMapEncodeTiled, reached through the runtime's entry point (no link to libcuda), looked up
+// once; null where the driver has none
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const auto encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q;
@@ -433,6 +429,15 @@ bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm) {
     }
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
+  return encode;
+}
+// The weights as a 2-D tensor map for the stage copies of gemv_stream_kernel's MT-token form (NOTES.md v70-v72):
+// N rows of row_bytes in elements of stream_map_elem bytes, a box of a unit's 2 MT rows by a stage's stream_rs bytes,
+// rows past N read as zeros. False where it cannot be encoded (the launch then takes no such form).
+template <int T, int MT>
+bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm) {
+  constexpr int E = stream_map_elem<T, MT>();
+  const auto encode = tensor_map_encoder();
   if (!encode || a.row_bytes % 16 || reinterpret_cast<uintptr_t>(a.w) % 16) return false;
   const cuuint64_t dims[2] = {(cuuint64_t)a.row_bytes / E, (cuuint64_t)a.N};
   const cuuint64_t stride[1] = {(cuuint64_t)a.row_bytes};
@@ -657,8 +662,8 @@ KsGridPlan ks_grid_plan(int N, int K, int M) {
     p.WPC = (units + num_sms() / Z - 1) / (num_sms() / Z);
     p.ctas = (units + p.WPC - 1) / p.WPC;
     // (the records padded to 128 bytes, each stage buffer's barrier after the stages: NOTES.md v70)
-    p.smem = std::max((MT * stream_rec_stride<T, MT>(K / Z) + 127) / 128 * 128 +
-                          (size_t)p.WPC * 2 * (2 * MT * stream_rs<T, MT, false>() + 8),
+    p.smem = std::max(stream_recs_end(MT * stream_rec_stride<T, MT>(K / Z), true) +
+                          (size_t)p.WPC * 2 * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes),
                       one_cta_an_sm_smem());
     if (p.WPC > 16 || p.smem > stream_smem_cap() || ks_groups_a_thread<T>(nch, Z, p.WPC) > 8) continue;
     if (ks < 0 && p.WPC < 8 && Z < kKsGridMaxZ) continue;
@@ -710,7 +715,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     FastArgs a = a0;
     a.K = a0.K / Z;
     a.S = 2;
-    const size_t fixed = (MT * stream_rec_stride<T, MT>(a.K) + 127) / 128 * 128;
+    const size_t fixed = stream_recs_end(MT * stream_rec_stride<T, MT>(a.K), true);
     for (int H = 1; H <= ks_max_h<T>(); H *= 2) {
       a.split = H;
       int clusters = num_sms() / Z, WPC = 0;
@@ -719,8 +724,9 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       for (int it = 0; it < 4 && clusters > 0 && !fits; ++it) {  // as many clusters as can run at once
         WPC = H * ((units + clusters - 1) / clusters);
         // (the records padded to 128 bytes, each stage buffer's barrier after the meeting's: NOTES.md v71)
-        smem = std::max(fixed + (size_t)WPC * (a.S * (2 * MT * stream_rs<T, MT, false>() + 8) + ks_meet_bytes(Z)),
-                        one_cta_an_sm_smem());
+        smem = std::max(
+            fixed + (size_t)WPC * (a.S * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes) + ks_meet_bytes(Z)),
+            one_cta_an_sm_smem());
         if (WPC > 16 || smem > stream_smem_cap()) break;
         const int n = active_clusters(kernel, clusters, Z, WPC, smem);
         fits = n >= clusters;

@@ -31,6 +31,12 @@ template <int T, bool MOE, int MT, bool RAG, bool ONE, bool KS>
 GQ_HD constexpr bool stream_bulk() {
   return KS || (!MOE && !RAG && MT == 2 && ONE && T != Q8_0 && stream_rs<T, MT, false>() <= 8 * 256);
 }
+// The shared-memory layout of those forms, which the kernel builds and the launches count: the records' end
+// padded to 128 bytes (every stage buffer 128-byte aligned, as the copies ask), and an mbarrier a stage buffer
+GQ_HD constexpr size_t stream_recs_end(size_t rec_bytes, bool bulk) {
+  return bulk ? (rec_bytes + 127) / 128 * 128 : rec_bytes;
+}
+constexpr size_t kStageBarBytes = 8;
 
 // The kept lanes' epilogue of a run of DEF groups (gemv_stream_kernel, MT < 8): e = the kept D values,
 // f = the groups' scales (rows rho, rho + MT), h = their mins; sp = the run's first {sigma, -beta[, S]}.
@@ -154,7 +160,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   // BULK (the K split, grid (NOTES.md v70) and clusters (v71); dense M = 1 ONE, v72): its stages copied by tensor
   // map, each buffer 128-byte aligned
   constexpr bool BULK = stream_bulk<T, MOE, MT, RAG, ONE, KS>();
-  const size_t rend = BULK ? (nx * RB + 127) / 128 * 128 : nx * RB;  // the records' end
+  const size_t rend = stream_recs_end(nx * RB, BULK);  // the records' end
   uint8_t* buf = recs + rend + (size_t)warp * S * STAGE;
   // FLAT: each warp's item sums of a unit (kFlatItemBytes), then the MoE tables
   float* itm = reinterpret_cast<float*>(recs + rend + (size_t)WPC * S * STAGE) + warp * (kFlatItemBytes / 4);
