@@ -105,13 +105,18 @@ def test_arch_flags_and_parsing(monkeypatch):
 # --- resolution order -----------------------------------------------------------------------
 
 def fake_build(root, supported=(Q8_0, Q4_K), tag="local"):
-    """A pure-Python kernel build for this (CPU) system that `kernels` can load."""
-    major, minor = torch.__version__.split("+")[0].split(".")[:2]
-    variant = root / "build" / f"torch{major}{minor}-cxx11-cpu-{platform.machine()}-{platform.system().lower()}"
-    variant.mkdir(parents=True)
+    """A pure-Python kernel build that `kernels` can load here: the variant of the backend it selects,
+    the CUDA one under a CUDA build of torch (the GPU machine), else the CPU one."""
     ident = f"_gguf_kernels_fake_{uuid.uuid4().hex[:10]}"
-    meta = {"name": "gguf-kernels", "id": ident, "version": 1, "license": "Apache-2.0",
-            "python-depends": [], "backend": {"type": "cpu"}}
+    meta = bk.metadata(ident, [])
+    if torch.version.cuda:
+        name = bk.variant_name(torch.__version__, torch.version.cuda)
+    else:
+        major, minor = torch.__version__.split("+")[0].split(".")[:2]
+        name = f"torch{major}{minor}-cxx11-cpu-{platform.machine()}-{platform.system().lower()}"
+        meta["backend"] = {"type": "cpu"}
+    variant = root / "build" / name
+    variant.mkdir(parents=True)
     (variant / "metadata.json").write_text(json.dumps(meta))
     (variant / "__init__.py").write_text(
         f"SUPPORTED_TYPES = frozenset({set(supported)!r})\n"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pytest
 from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, RopeScalingType
 from gguf.quants import quantize
 
@@ -192,7 +193,7 @@ def quantize_with_llamacpp(src: Path, dst: Path, ftype: str = "Q4_K_M") -> Path:
     """llama.cpp's own llama-quantize (through llama-cpp-python) on a float GGUF."""
     import ctypes
 
-    import llama_cpp
+    llama_cpp = pytest.importorskip("llama_cpp")  # the CPU set-up installs it; the GPU machine has none
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
