@@ -23,13 +23,14 @@ GQ_HD constexpr int stream_map_elem() {
   return stream_rs<T, MT, false>() <= 4 * 256 ? 4 : 8;
 }
 // Whether gemv_stream_kernel<...> copies its stages so: the K split (KS, v70 / v71) and dense M = 1's ONE (4 rows a
-// unit; v72, v73) but for Q8_0. Same build, a call's flag (NOTES.md v73), M = 1, us, cp.async -> tensor map: ONE
+// unit; v72, v73, v77). Same build, a call's flag (NOTES.md v73), M = 1, us, cp.async -> tensor map: ONE
 // 13824 -> 5120 Q4_K 16.25 -> 14.8, Q5_K 20.5 -> 19.1, Q6_K (14336 -> 4096) 17.95 -> 16.45, MXFP4 17.7 -> 16.05,
-// IQ4_XS 22.1 -> 20.55; Q8_0 4096 -> 14336 17.0 -> 18.1, 8192 -> 8192 19.15 -> 20.05; the row pairs (Q4_0, Q4_K,
-// Q5_K) -0.2 to +0.25 (Q4_0 4096 -> 4096 4.5 -> 4.7)
+// IQ4_XS 22.1 -> 20.55; the row pairs (Q4_0, Q4_K, Q5_K) -0.2 to +0.25 (Q4_0 4096 -> 4096 4.5 -> 4.7). Q8_0's ONE
+// lost with the maps' 256-byte L2 promotion (4096 -> 14336 17.0 -> 18.1) and gains with 128 bytes' (v77: 17.15 ->
+// 16.7, 8192 -> 8192 19.6 -> 19.0)
 template <int T, bool MOE, int MT, bool RAG, bool ONE, bool KS>
 GQ_HD constexpr bool stream_bulk() {
-  return KS || (!MOE && !RAG && MT == 2 && ONE && T != Q8_0 && stream_rs<T, MT, false>() <= 8 * 256);
+  return KS || (!MOE && !RAG && MT == 2 && ONE && stream_rs<T, MT, false>() <= 8 * 256);
 }
 // The shared-memory layout of those forms, which the kernel builds and the launches count: the records' end
 // padded to 128 bytes (every stage buffer 128-byte aligned, as the copies ask), and an mbarrier a stage buffer
