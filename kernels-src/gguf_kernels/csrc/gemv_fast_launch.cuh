@@ -508,7 +508,8 @@ inline bool knob_one_force() {  // GGUF_KERNELS_FAST_ONE=2: ONE wherever it take
 // NOTES.md v15). Dense Q4_0, Q4_K and Q5_K, whose row pairs keep one value a lane (ONE1, v32), take ONE
 // only where it gives the busiest SM under 0.85 of the former's stages (ONE / former, same call: 5120 ->
 // 13824 at 0.82 of the stages 0.92-0.96x the time, 1536 -> 8960 at 0.895 1.11-1.17x, 4096 -> 14336 at
-// 0.98 1.07-1.10x); they and Q8_0 not with fewer than 8 warps a CTA (few units: 4864 -> 896, 2 warps
+// 0.98 1.07-1.10x), Q5_K under all of them since ONE's stages came by tensor map (v78: 4096 -> 14336 14.45
+// -> 14.15 us, where Q4_0 and Q4_K were still no faster); they and Q8_0 not with fewer than 8 warps a CTA (few units: 4864 -> 896, 2 warps
 // a CTA, 1.30-1.37x; NOTES.md v33). GGUF_KERNELS_FAST_ONE=0: the former only.
 template <int T, typename XT, bool MOE>
 cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream_t stream) {
@@ -523,7 +524,7 @@ cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream
     constexpr bool one1_rule = !MOE && (T == Q4_0 || T == Q4_K || T == Q5_K);
     constexpr int min_warps = !MOE && (one1_rule || T == Q8_0) ? 8 : 1;
     const bool fewer = one1_rule && !knob_one1_off()
-                           ? 20 * one.work < 17 * old.work
+                           ? 20 * one.work < (T == Q5_K ? 20 : 17) * old.work
                            : one.work < old.work || (one.work == old.work && one.WPC >= tie_warps);
     if (one.WPC && (knob_one_force() || (MOE && nch <= 8) || !old.WPC || (fewer && one.WPC >= min_warps)))
       return launch_choice<T, XT, MOE, 2, false, true>(a, one, stream);
