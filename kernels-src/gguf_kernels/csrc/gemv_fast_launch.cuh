@@ -509,8 +509,8 @@ inline bool knob_one_force() {  // GGUF_KERNELS_FAST_ONE=2: ONE wherever it take
 // only where it gives the busiest SM under 0.85 of the former's stages (ONE / former, same call: 5120 ->
 // 13824 at 0.82 of the stages 0.92-0.96x the time, 1536 -> 8960 at 0.895 1.11-1.17x, 4096 -> 14336 at
 // 0.98 1.07-1.10x), Q5_K under all of them since ONE's stages came by tensor map (v78: 4096 -> 14336 14.45
-// -> 14.15 us, where Q4_0 and Q4_K were still no faster); they and Q8_0 not with fewer than 8 warps a CTA (few units: 4864 -> 896, 2 warps
-// a CTA, 1.30-1.37x; NOTES.md v33). GGUF_KERNELS_FAST_ONE=0: the former only.
+// -> 14.15 us, where Q4_0 and Q4_K were still no faster); they and Q8_0 not with fewer than 8 warps a CTA
+// (few units: 4864 -> 896, 2 warps a CTA, 1.30-1.37x; NOTES.md v33). GGUF_KERNELS_FAST_ONE=0: the former only.
 template <int T, typename XT, bool MOE>
 cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream_t stream) {
   const int P = MOE ? a.P : 1, u2 = P * ((a.N + 3) / 4), u1 = P * ((a.N + 1) / 2);
