@@ -408,8 +408,9 @@ inline int local_rows(int units, int hN, int x_div, int ctas) {
   return most;
 }
 // GGUF_KERNELS_FAST_MAP_L2: the weight maps' L2 promotion, 0 none, 1 64 B, 2 128 B (the default), 3 256 B. No row's
-// stage is a multiple of 256 bytes (Q8_0's 1088); against 256 B, 128 B is 0.2-1.1 us faster a call on 14336 -> 4096
-// and 4096 -> 14336 (Q8_0 at M = 4, 8 most) and up to 0.35 us slower on 13824 -> 5120 (NOTES.md v77)
+// stage is a multiple of 256 bytes (Q8_0's 1088); against 256 B, 128 B is 0.1-1.25 us faster a call on 55 of 70 rows
+// (four target shapes and 8192 -> 8192, M = 1, 8; Q8_0 at M = 8 most), 0.15-0.25 slower on 8192 -> 8192 M = 8 (Q4_0,
+// Q4_K) and up to 0.35 on 13824 -> 5120 (NOTES.md v77)
 inline CUtensorMapL2promotion map_l2_promotion() {
   static const int v = env_knob("GGUF_KERNELS_FAST_MAP_L2", 2);
   return v == 0 ? CU_TENSOR_MAP_L2_PROMOTION_NONE
