@@ -524,9 +524,14 @@ cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream
     constexpr int tie_warps = T == IQ4_XS || T == MXFP4 ? 8 : 12;
     constexpr bool one1_rule = !MOE && (T == Q4_0 || T == Q4_K || T == Q5_K);
     constexpr int min_warps = !MOE && (one1_rule || T == Q8_0) ? 8 : 1;
+    // a warp's stages under ONE (v80's measure for Q5_K's ties)
+    const int64_t chain = one.WPC ? (int64_t)stream_unit_stages<T, MOE, 2, false, true>(a.K) *
+                                        ((u2 + (int64_t)one.ctas * one.WPC - 1) / ((int64_t)one.ctas * one.WPC))
+                                  : 0;
+    const bool tie_one = one.WPC >= tie_warps || (!MOE && T == Q5_K && one.WPC >= 8 && chain <= 8);
     const bool fewer = one1_rule && T != Q5_K && !knob_one1_off()
                            ? 20 * one.work < 17 * old.work
-                           : one.work < old.work || (one.work == old.work && one.WPC >= tie_warps);
+                           : one.work < old.work || (one.work == old.work && tie_one);
     if (one.WPC && (knob_one_force() || (MOE && nch <= 8) || !old.WPC || (fewer && one.WPC >= min_warps)))
       return launch_choice<T, XT, MOE, 2, false, true>(a, one, stream);
   }
