@@ -511,7 +511,10 @@ inline bool knob_one_force() {  // GGUF_KERNELS_FAST_ONE=2: ONE wherever it take
 // 13824 at 0.82 of the stages 0.92-0.96x the time, 1536 -> 8960 at 0.895 1.11-1.17x, 4096 -> 14336 at
 // 0.98 1.07-1.10x), Q5_K under all of them since ONE's stages came by tensor map (v78: 4096 -> 14336 14.45
 // -> 14.15 us, where Q4_0 and Q4_K were still no faster); they and Q8_0 not with fewer than 8 warps a CTA
-// (few units: 4864 -> 896, 2 warps a CTA, 1.30-1.37x; NOTES.md v33). GGUF_KERNELS_FAST_ONE=0: the former only.
+// (few units: 4864 -> 896, 2 warps a CTA, 1.30-1.37x; NOTES.md v33). Q5_K's ties go to ONE with 12 warps a CTA
+// (v79: 8192 -> 8192 15.1 -> 14.4 us) or with 8 where a warp streams at most 4 stages (v80, N = 4096 with ONE's 8
+// warps: K = 4096, 4 stages, 5.73 -> 5.53 us; 6, 8 stages +0.13, +0.23; 10-14 +0.9..+1.4, as are 4 warps
+// a CTA and fewer). GGUF_KERNELS_FAST_ONE=0: the former only.
 template <int T, typename XT, bool MOE>
 cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream_t stream) {
   const int P = MOE ? a.P : 1, u2 = P * ((a.N + 3) / 4), u1 = P * ((a.N + 1) / 2);
@@ -524,11 +527,11 @@ cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream
     constexpr int tie_warps = T == IQ4_XS || T == MXFP4 ? 8 : 12;
     constexpr bool one1_rule = !MOE && (T == Q4_0 || T == Q4_K || T == Q5_K);
     constexpr int min_warps = !MOE && (one1_rule || T == Q8_0) ? 8 : 1;
-    // a warp's stages under ONE (v80's measure for Q5_K's ties)
+    // the stages a warp streams under ONE (Q5_K's ties, v80)
     const int64_t chain = one.WPC ? (int64_t)stream_unit_stages<T, MOE, 2, false, true>(a.K) *
                                         ((u2 + (int64_t)one.ctas * one.WPC - 1) / ((int64_t)one.ctas * one.WPC))
                                   : 0;
-    const bool tie_one = one.WPC >= tie_warps || (!MOE && T == Q5_K && one.WPC >= 8 && chain <= 8);
+    const bool tie_one = one.WPC >= tie_warps || (!MOE && T == Q5_K && one.WPC >= 8 && chain <= 4);
     const bool fewer = one1_rule && T != Q5_K && !knob_one1_off()
                            ? 20 * one.work < 17 * old.work
                            : one.work < old.work || (one.work == old.work && tie_one);
