@@ -284,6 +284,14 @@ def test_matmul_stream_one(name, rng):
         check_matmul(name, 1, N, K, rng)
 
 
+def test_matmul_stream_q5k_ties(rng):
+    """Q5_K at M = 1 where its row pairs and the 4-row form give the busiest SM as many stages (on the H200's 132
+    SMs): 8192 -> 8192, 16 warps a CTA either way, and 4096 -> 4096, 8 warps of 4 stages, which take the 4-row form
+    since v79 and v80."""
+    for N, K in ((8192, 8192), (4096, 4096)):
+        check_matmul("Q5_K", 1, N, K, rng)
+
+
 def test_matmul_stream_q6k_full_sm(rng):
     """Q6_K at M = 1 on 4096 -> 4096, where (on the H200's 132 SMs) its row pairs run 16 warps a CTA and so
     convert their first x group before asking for their stages (v62); the shapes above run fewer warps."""
