@@ -8,7 +8,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <string>
 #include <utility>
 #include <vector>
 

@@ -525,16 +525,17 @@ cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream
   if (!knob_one_off()) {
     const StreamChoice one = stream_choice<T, XT, MOE, 2, false, true>(a, u2, fixed);
     constexpr int tie_warps = T == IQ4_XS || T == MXFP4 ? 8 : 12;
-    constexpr bool one1_rule = !MOE && (T == Q4_0 || T == Q4_K || T == Q5_K);
-    constexpr int min_warps = !MOE && (one1_rule || T == Q8_0) ? 8 : 1;
-    // the stages a warp streams under ONE (Q5_K's ties, v80)
-    const int64_t chain = one.WPC ? (int64_t)stream_unit_stages<T, MOE, 2, false, true>(a.K) *
-                                        ((u2 + (int64_t)one.ctas * one.WPC - 1) / ((int64_t)one.ctas * one.WPC))
-                                  : 0;
-    const bool tie_one = one.WPC >= tie_warps || (!MOE && T == Q5_K && one.WPC >= 8 && chain <= 4);
-    const bool fewer = one1_rule && T != Q5_K && !knob_one1_off()
-                           ? 20 * one.work < 17 * old.work
-                           : one.work < old.work || (one.work == old.work && tie_one);
+    constexpr bool one1_rule = !MOE && (T == Q4_0 || T == Q4_K);  // the 0.85 threshold (Q5_K left it: v78-v80)
+    constexpr int min_warps = !MOE && (one1_rule || T == Q5_K || T == Q8_0) ? 8 : 1;
+    // Q5_K's ties at 8 warps a CTA (v80): whether a warp streams at most 4 stages under ONE (a unit's stages x
+    // the units a warp), asked only there
+    const auto short_chain = [&] {
+      const int64_t warps = (int64_t)one.ctas * one.WPC;
+      return (int64_t)stream_unit_stages<T, MOE, 2, false, true>(a.K) * ((u2 + warps - 1) / warps) <= 4;
+    };
+    const bool tie_one = one.WPC >= tie_warps || (!MOE && T == Q5_K && one.WPC >= 8 && short_chain());
+    const bool fewer = one1_rule && !knob_one1_off() ? 20 * one.work < 17 * old.work
+                                                     : one.work < old.work || (one.work == old.work && tie_one);
     if (one.WPC && (knob_one_force() || (MOE && nch <= 8) || !old.WPC || (fewer && one.WPC >= min_warps)))
       return launch_choice<T, XT, MOE, 2, false, true>(a, one, stream);
   }
