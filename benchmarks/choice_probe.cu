@@ -1,7 +1,7 @@
 // The M = 1 dense launch's two stream forms side by side, as the host chooses between them
-// (gemv_fast_launch.cuh: launch_stream_one_or_old): for each shape and type, the row pairs' (MT = 1) and ONE's
-// (4-row units) units, stages a unit, warps a CTA, CTAs, shared memory and the busiest SM's stages. It needs the
-// GPU only for the device's SM count, shared memory and each kernel's registers (the launch's own queries).
+// (gemv_fast_launch.cuh: choose_one_or_old): for each shape and type, the row pairs' (MT = 1) and ONE's (4-row
+// units) units, stages a unit, warps a CTA, CTAs, shared memory and the busiest SM's stages, and the form taken. It
+// needs the GPU only for the device's SM count, shared memory and each kernel's registers (the launch's own queries).
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //     -I kernels-src/gguf_kernels/csrc benchmarks/choice_probe.cu -o /tmp/choice_probe
 //   /tmp/choice_probe [KxN ...]      (default: the issue's 8B shapes and a few more)
@@ -23,13 +23,12 @@ void show(const char* name, int K, int N) {
   a.K = K;
   a.M = 1;
   a.row_bytes = (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES;
-  const size_t fixed = stream_rec_stride<T, 1>(K);
-  const int u1 = (N + 1) / 2, u2 = (N + 3) / 4;
-  const StreamChoice o = stream_choice<T, __nv_bfloat16, false, 1, false>(a, u1, fixed);
-  const StreamChoice e = stream_choice<T, __nv_bfloat16, false, 2, false, true>(a, u2, fixed);
+  const OneOrOld c = choose_one_or_old<T, __nv_bfloat16, false>(a, stream_rec_stride<T, 1>(K));
+  const StreamChoice &o = c.old, &e = c.one;
   const int so = stream_unit_stages<T, false, 1, false, false>(K), se = stream_unit_stages<T, false, 2, false, true>(K);
-  printf("| %s | %d -> %d | %d x %d, %d, %d, %zu | %lld | %d x %d, %d, %d, %zu | %lld |\n", name, K, N, u1, so, o.WPC,
-         o.ctas, o.smem, (long long)o.work, u2, se, e.WPC, e.ctas, e.smem, (long long)e.work);
+  printf("| %s | %d -> %d | %d x %d, %d, %d, %zu | %lld | %d x %d, %d, %d, %zu | %lld | %s |\n", name, K, N, (N + 1) / 2,
+         so, o.WPC, o.ctas, o.smem, (long long)o.work, (N + 3) / 4, se, e.WPC, e.ctas, e.smem, (long long)e.work,
+         c.take_one ? "ONE" : "row pairs");
 }
 
 int main(int argc, char** argv) {
@@ -45,11 +44,15 @@ int main(int argc, char** argv) {
   if (shapes.empty())
     shapes = {{4096, 14336}, {14336, 4096}, {4096, 4096}, {4096, 1024}, {8192, 8192}, {13824, 5120}, {5120, 13824}};
   printf("| type | K -> N | row pairs: units x stages, warps, CTAs, smem | busiest SM's stages | ONE: units x stages, "
-         "warps, CTAs, smem | busiest SM's stages |\n| --- | --- | --- | ---: | --- | ---: |\n");
+         "warps, CTAs, smem | busiest SM's stages | taken |\n| --- | --- | --- | ---: | --- | ---: | --- |\n");
   for (const auto& [k, n] : shapes) {
     show<Q4_0>("Q4_0", k, n);
     show<Q4_K>("Q4_K", k, n);
     show<Q5_K>("Q5_K", k, n);
+    show<Q6_K>("Q6_K", k, n);
+    show<Q8_0>("Q8_0", k, n);
+    show<IQ4_XS>("IQ4_XS", k, n);
+    show<MXFP4>("MXFP4", k, n);
   }
   return 0;
 }

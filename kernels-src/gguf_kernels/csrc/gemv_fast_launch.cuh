@@ -515,35 +515,42 @@ inline bool knob_one_force() {  // GGUF_KERNELS_FAST_ONE=2: ONE wherever it take
 // (v79: 8192 -> 8192 15.1 -> 14.4 us) or with 8 where a warp streams at most 4 stages (v80, N = 4096 with ONE's 8
 // warps: K = 4096, 4 stages, 5.73 -> 5.53 us; 6, 8 stages +0.13, +0.23; 10-14 +0.9..+1.4, as are 4 warps
 // a CTA and fewer). GGUF_KERNELS_FAST_ONE=0: the former only.
+// The two forms and which one the launch takes, apart from the launch so that benchmarks/choice_probe.cu reads
+// the same choice
+struct OneOrOld { StreamChoice old, one; bool mt2, take_one; };
 template <int T, typename XT, bool MOE>
-cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream_t stream) {
+OneOrOld choose_one_or_old(const FastArgs& a, size_t fixed) {
   const int P = MOE ? a.P : 1, u2 = P * ((a.N + 3) / 4), u1 = P * ((a.N + 1) / 2);
   const int nch = StreamRecs<T>::chunks(a.K);
-  const bool mt2 = MOE && nch <= 4;
-  const StreamChoice old =
-      mt2 ? stream_choice<T, XT, MOE, 2, false>(a, u2, fixed) : stream_choice<T, XT, MOE, 1, false>(a, u1, fixed);
-  if (!knob_one_off()) {
-    const StreamChoice one = stream_choice<T, XT, MOE, 2, false, true>(a, u2, fixed);
-    constexpr int tie_warps = T == IQ4_XS || T == MXFP4 ? 8 : 12;
-    constexpr bool one1_rule = !MOE && (T == Q4_0 || T == Q4_K);  // the 0.85 threshold (Q5_K left it: v78-v80)
-    constexpr int min_warps = !MOE && (one1_rule || T == Q5_K || T == Q8_0) ? 8 : 1;
-    // Q5_K's ties at 8 warps a CTA (v80): whether a warp streams at most 4 stages under ONE (a unit's stages x
-    // the units a warp), asked only there
-    const auto short_chain = [&] {
-      const int64_t warps = (int64_t)one.ctas * one.WPC;
-      return (int64_t)stream_unit_stages<T, MOE, 2, false, true>(a.K) * ((u2 + warps - 1) / warps) <= 4;
-    };
-    const bool tie_one = one.WPC >= tie_warps || (!MOE && T == Q5_K && one.WPC >= 8 && short_chain());
-    const bool fewer = one1_rule && !knob_one1_off() ? 20 * one.work < 17 * old.work
-                                                     : one.work < old.work || (one.work == old.work && tie_one);
-    if (one.WPC && (knob_one_force() || (MOE && nch <= 8) || !old.WPC || (fewer && one.WPC >= min_warps)))
-      return launch_choice<T, XT, MOE, 2, false, true>(a, one, stream);
-  }
-  if (mt2) return launch_choice<T, XT, MOE, 2, false>(a, old, stream);
+  OneOrOld c = {};
+  c.mt2 = MOE && nch <= 4;
+  c.old = c.mt2 ? stream_choice<T, XT, MOE, 2, false>(a, u2, fixed) : stream_choice<T, XT, MOE, 1, false>(a, u1, fixed);
+  if (knob_one_off()) return c;
+  const StreamChoice one = c.one = stream_choice<T, XT, MOE, 2, false, true>(a, u2, fixed);
+  constexpr int tie_warps = T == IQ4_XS || T == MXFP4 ? 8 : 12;
+  constexpr bool one1_rule = !MOE && (T == Q4_0 || T == Q4_K);  // the 0.85 threshold (Q5_K left it: v78-v80)
+  constexpr int min_warps = !MOE && (one1_rule || T == Q5_K || T == Q8_0) ? 8 : 1;
+  // Q5_K's ties at 8 warps a CTA (v80): whether a warp streams at most 4 stages under ONE (a unit's stages x
+  // the units a warp), asked only there
+  const auto short_chain = [&] {
+    const int64_t warps = (int64_t)one.ctas * one.WPC;
+    return (int64_t)stream_unit_stages<T, MOE, 2, false, true>(a.K) * ((u2 + warps - 1) / warps) <= 4;
+  };
+  const bool tie_one = one.WPC >= tie_warps || (!MOE && T == Q5_K && one.WPC >= 8 && short_chain());
+  const bool fewer = one1_rule && !knob_one1_off() ? 20 * one.work < 17 * c.old.work
+                                                   : one.work < c.old.work || (one.work == c.old.work && tie_one);
+  c.take_one = one.WPC && (knob_one_force() || (MOE && nch <= 8) || !c.old.WPC || (fewer && one.WPC >= min_warps));
+  return c;
+}
+template <int T, typename XT, bool MOE>
+cudaError_t launch_stream_one_or_old(const FastArgs& a, size_t fixed, cudaStream_t stream) {
+  const OneOrOld c = choose_one_or_old<T, XT, MOE>(a, fixed);
+  if (c.take_one) return launch_choice<T, XT, MOE, 2, false, true>(a, c.one, stream);
+  if (c.mt2) return launch_choice<T, XT, MOE, 2, false>(a, c.old, stream);
   if constexpr (!MOE) {  // dense row pairs with one kept value a lane (ONE1, NOTES.md v32), the same geometry
-    if (!knob_one1_off()) return launch_choice<T, XT, MOE, 1, false, true>(a, old, stream);
+    if (!knob_one1_off()) return launch_choice<T, XT, MOE, 1, false, true>(a, c.old, stream);
   }
-  return launch_choice<T, XT, MOE, 1, false>(a, old, stream);
+  return launch_choice<T, XT, MOE, 1, false>(a, c.old, stream);
 }
 
 // M <= stream_max_m() (default 8) goes to gemv_stream_kernel (MT = 1, 2, 4 or 8 tokens) unless
