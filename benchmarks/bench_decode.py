@@ -3,9 +3,13 @@
 Loads a GGUF packed (bf16 activations), then times a 512-token prefill and greedy decode with
 transformers' static cache, whose forward `generate` compiles (CUDA graphs), as ANCHORS.md
 measured plain transformers. With `--llama-bench BIN`, llama.cpp's pp512/tg128 on the same file
-is printed beside it from the same run.
+is printed beside it from the same run. With `--profile`, one more generate call runs under torch's
+profiler and a second table splits a decoded token's time: the GPU time of each kind of kernel (ours,
+attention, inductor's fused kernels, ...) and what is left of the token's wall time, when the GPU waits
+on the host (transformers' step between two graph replays); then one decode step captured as a CUDA
+graph and replayed back to back, the GPU's time a token without that host step.
 
-    python benchmarks/bench_decode.py model.gguf [--llama-bench BIN] [--new-tokens 128]
+    python benchmarks/bench_decode.py model.gguf [--llama-bench BIN] [--new-tokens 128] [--profile]
 """
 from __future__ import annotations
 
@@ -44,12 +48,92 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+# kernel name -> kind, first match wins (every kernel of kernels-src/gguf_kernels/csrc is in namespace gq)
+KINDS = (
+    ("gguf-quant kernels (matmuls, embedding rows)", ("gq::",)),
+    ("attention (SDPA)", ("flash", "fmha", "attention", "sdpa", "efficient")),
+    ("inductor fused (norms, rotary, residuals, ...)", ("triton_",)),
+    ("other GEMM (cuBLAS)", ("gemm", "cutlass", "nvjet", "xmma")),
+)
+
+
+def kernel_kind(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, keys in KINDS if any(k in low for k in keys)), "other")
+
+
+def profile_decode(model, prompt, new_tokens: int) -> None:
+    """One generate call under torch's profiler (CUDA activity only): GPU time a decoded token by kind of
+    kernel, the largest kernels, and the token's wall time that no kernel covers."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    stamps = TokenTimes()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                       cache_implementation="static", streamer=stamps)
+    tokens = len(stamps.times) - 1  # the streamer's first call is the prompt
+    wall = (stamps.times[-1] - stamps.times[0]) * 1e6 / (tokens - 1)  # us a decoded token, as the table's
+    kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0]
+    by_kind: dict[str, float] = {}
+    for e in kernels:
+        by_kind[kernel_kind(e.key)] = by_kind.get(kernel_kind(e.key), 0.0) + e.self_device_time_total / tokens
+    gpu = sum(by_kind.values())
+    print(f"\nOne generate call of {tokens} tokens under the profiler: {wall:.0f} us a token of wall time "
+          "(the prompt's kernels spread over the tokens)\n")
+    print("| kernels | us a token | share of the wall time |\n| --- | ---: | ---: |")
+    for kind, us in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        print(f"| {kind} | {us:.0f} | {us / wall:.0%} |")
+    print(f"| all kernels | {gpu:.0f} | {gpu / wall:.0%} |\n| no kernel running (the GPU waits) | {wall - gpu:.0f} | "
+          f"{(wall - gpu) / wall:.0%} |")
+    print("\n| largest kernels | kind | calls a token | us a token |\n| --- | --- | ---: | ---: |")
+    for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:12]:
+        print(f"| `{e.key[:90]}` | {kernel_kind(e.key)} | {e.count / tokens:.1f} | "
+              f"{e.self_device_time_total / tokens:.0f} |")
+
+
+def graph_step_us(model, prompt, steps: int = 100) -> float:
+    """GPU time of one decode step with no host work between steps: the forward at one position of a static
+    cache, compiled (inductor, no CUDA graphs of its own), captured once in a CUDA graph and replayed back to
+    back. Against the generate rate, what is left is transformers' host step."""
+    from transformers import StaticCache
+
+    n = prompt.shape[1]
+    cache = StaticCache(config=model.config, max_cache_len=n + 64)
+    model(prompt, past_key_values=cache, cache_position=torch.arange(n, device=prompt.device), use_cache=True)
+    tok, pos = prompt[:, -1:].clone(), torch.tensor([n], device=prompt.device)
+    forward = torch.compile(model.forward, dynamic=False)
+
+    def step():
+        return forward(tok, past_key_values=cache, cache_position=pos, use_cache=True).logits
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(10):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / steps
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("gguf", type=Path)
     p.add_argument("--prompt-tokens", type=int, default=512)
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--llama-bench", type=Path)
+    p.add_argument("--profile", action="store_true", help="split a decoded token's time by kind of kernel")
     args = p.parse_args()
 
     load = time.perf_counter()
@@ -86,6 +170,15 @@ def main() -> None:
     print(f"{args.gguf.name}: loaded packed in {load:.1f} s\n")
     print(f"| runtime | pp{args.prompt_tokens} tok/s | tg tok/s |\n| --- | ---: | ---: |")
     print("\n".join(rows))
+    if args.profile:
+        with torch.no_grad():
+            profile_decode(model, ids[:, :16], args.new_tokens)
+            try:
+                us = graph_step_us(model, ids[:, :16])
+                print(f"\nOne decode step replayed as a CUDA graph, back to back: {us:.0f} us ({1e6 / us:.1f} tok/s), "
+                      f"against generate's {1e6 / decode:.0f} us a token")
+            except Exception as exc:  # a measurement, not the benchmark: say why and keep the tables above
+                print(f"\nOne decode step as a CUDA graph: not measured ({type(exc).__name__}: {exc})")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 # and with llama-quantize (all CPU threads), compares the files byte for byte, then times decode.
 # LLAMA_BENCH=1: instead of llama-quantize, llama.cpp's CUDA llama-bench; our Q4_K_M only, then decode
 # timed once the build is done (a compiling CPU slows the host side of a decode step), with bench_decode.py's
-# llama-bench row after ours.
+# llama-bench row after ours. DECODE_ONLY=1: no llama.cpp build; our Q4_K_M and its decode only. PROFILE=1: the
+# decode also splits a token's time by kind of kernel (bench_decode.py --profile).
 #   bash benchmarks/device_e2e.sh [OUTDIR]      (needs .whl/ and .dev/ carried: benchmarks/device_carry.sh)
 set -o pipefail
 OUTD=${1:-${OUT:-/tmp/gguf_out}}; mkdir -p "$OUTD"
@@ -14,7 +15,8 @@ source benchmarks/device_setup.sh
 LL=/tmp/ll/llama.cpp
 if [ -n "$LLAMA_BENCH" ]; then LLFLAGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_NATIVE=OFF"; LLTARGET="llama-bench -j 14"
 else LLFLAGS="-DGGML_CUDA=OFF -DGGML_NATIVE=ON"; LLTARGET="llama-quantize -j 10"; fi
-setsid bash -c "mkdir -p /tmp/ll && tar xzf .dev/llama.tgz -C /tmp/ll && cd $LL && \
+[ -n "$DECODE_ONLY" ] && LLAMA_BENCH=1 LLAMA_WAIT=0
+[ -z "$DECODE_ONLY" ] && setsid bash -c "mkdir -p /tmp/ll && tar xzf .dev/llama.tgz -C /tmp/ll && cd $LL && \
   cmake -B build -G Ninja $LLFLAGS -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF > /tmp/ll/cmake.log 2>&1 && \
   cmake --build build --target $LLTARGET > /tmp/ll/build.log 2>&1; echo \$? > /tmp/ll/build.rc" \
@@ -34,9 +36,9 @@ if [ -n "$LLAMA_BENCH" ]; then
   el "Q4_K_M done; waiting for llama-bench's build"
   while [ ! -f /tmp/ll/build.rc ] && [ $(( $(date +%s) - T0 )) -lt ${LLAMA_WAIT:-420} ]; do sleep 3; done
   el "llama-bench build rc: $(cat /tmp/ll/build.rc 2>/dev/null || echo timeout)"
-  LB=$LL/build/bin/llama-bench; [ -x "$LB" ] && LBARG="--llama-bench $LB" || tail -5 /tmp/ll/build.log
-  timeout 180 python3 benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 $LBARG 2>&1 | grep -v Warning \
-    | tail -7 | tee "$OUTD/decode.md"
+  LB=$LL/build/bin/llama-bench; [ -x "$LB" ] && LBARG="--llama-bench $LB" || [ -n "$DECODE_ONLY" ] || tail -5 /tmp/ll/build.log
+  timeout 240 python3 benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 $LBARG ${PROFILE:+--profile} \
+    2>&1 | grep -v Warning > "$OUTD/decode.md"; tail -40 "$OUTD/decode.md"
   el "all done"; exit 0
 fi
 while [ ! -f /tmp/ll/build.rc ] && [ $(( $(date +%s) - T0 )) -lt 300 ]; do sleep 3; done
@@ -48,7 +50,8 @@ for MIX in ${MIXES:-Q4_K_M Q8_0}; do
   el "$MIX done"
 done
 if [ $(( $(date +%s) - T0 )) -lt ${DECODE_BEFORE:-440} ]; then
-  timeout 150 python3 benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 2>&1 | grep -v Warning | tail -6 | tee "$OUTD/decode.md"
+  timeout 150 python3 benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 ${PROFILE:+--profile} 2>&1 \
+    | grep -v Warning > "$OUTD/decode.md"; tail -40 "$OUTD/decode.md"
   el "decode done"
 fi
 el "all done"
