@@ -40,6 +40,14 @@ class TokenTimes(BaseStreamer):
         pass
 
 
+def generate_stamps(model, prompt, new_tokens: int) -> TokenTimes:
+    """Greedy decode of exactly new_tokens with the static cache, each token's arrival time recorded."""
+    stamps = TokenTimes()
+    model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                   cache_implementation="static", streamer=stamps)
+    return stamps
+
+
 def timed(fn) -> float:
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -68,16 +76,15 @@ def profile_decode(model, prompt, new_tokens: int) -> None:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    stamps = TokenTimes()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                       cache_implementation="static", streamer=stamps)
+        stamps = generate_stamps(model, prompt, new_tokens)
     tokens = len(stamps.times) - 1  # the streamer's first call is the prompt
     wall = (stamps.times[-1] - stamps.times[0]) * 1e6 / (tokens - 1)  # us a decoded token, as the table's
     kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0]
     by_kind: dict[str, float] = {}
     for e in kernels:
-        by_kind[kernel_kind(e.key)] = by_kind.get(kernel_kind(e.key), 0.0) + e.self_device_time_total / tokens
+        kind = kernel_kind(e.key)
+        by_kind[kind] = by_kind.get(kind, 0.0) + e.self_device_time_total / tokens
     gpu = sum(by_kind.values())
     print(f"\nOne generate call of {tokens} tokens under the profiler: {wall:.0f} us a token of wall time "
           "(the prompt's kernels spread over the tokens)\n")
@@ -149,9 +156,7 @@ def main() -> None:
         # Decode rate from per-token timestamps, over a generate call whose static cache (and so
         # compiled graph) has the same size as the warm-up's: a new cache size recompiles.
         for _ in range(2):
-            stamps = TokenTimes()
-            model.generate(ids[:, :16], max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                           do_sample=False, cache_implementation="static", streamer=stamps)
+            stamps = generate_stamps(model, ids[:, :16], args.new_tokens)
     skip = 8  # the prompt and the first tokens, which include any last-minute capture
     decode = (len(stamps.times) - 1 - skip) / (stamps.times[-1] - stamps.times[skip])
     rows = [

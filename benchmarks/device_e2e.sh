@@ -15,7 +15,6 @@ source benchmarks/device_setup.sh
 LL=/tmp/ll/llama.cpp
 if [ -n "$LLAMA_BENCH" ]; then LLFLAGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_NATIVE=OFF"; LLTARGET="llama-bench -j 14"
 else LLFLAGS="-DGGML_CUDA=OFF -DGGML_NATIVE=ON"; LLTARGET="llama-quantize -j 10"; fi
-[ -n "$DECODE_ONLY" ] && LLAMA_BENCH=1 LLAMA_WAIT=0
 [ -z "$DECODE_ONLY" ] && setsid bash -c "mkdir -p /tmp/ll && tar xzf .dev/llama.tgz -C /tmp/ll && cd $LL && \
   cmake -B build -G Ninja $LLFLAGS -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF > /tmp/ll/cmake.log 2>&1 && \
@@ -31,12 +30,14 @@ el "CUDA quantizer and whole-model GPU tests done"
 mkdir -p /tmp/m
 python3 .dev/gen_gguf.py tests/data/vocab.gguf /tmp/m/l8b-f16.gguf llama > "$OUTD/gen.log" 2>&1 || { tail -5 "$OUTD/gen.log"; exit 1; }
 el "8B-shape F16 written: $(du -h /tmp/m/l8b-f16.gguf | cut -f1)"
-if [ -n "$LLAMA_BENCH" ]; then
+if [ -n "$LLAMA_BENCH$DECODE_ONLY" ]; then
   python3 benchmarks/bench_quantize.py /tmp/m/l8b-f16.gguf --mix Q4_K_M --out /tmp/m 2>&1 | tee "$OUTD/quantize_Q4_K_M.md" | tail -4
-  el "Q4_K_M done; waiting for llama-bench's build"
-  while [ ! -f /tmp/ll/build.rc ] && [ $(( $(date +%s) - T0 )) -lt ${LLAMA_WAIT:-420} ]; do sleep 3; done
-  el "llama-bench build rc: $(cat /tmp/ll/build.rc 2>/dev/null || echo timeout)"
-  LB=$LL/build/bin/llama-bench; [ -x "$LB" ] && LBARG="--llama-bench $LB" || [ -n "$DECODE_ONLY" ] || tail -5 /tmp/ll/build.log
+  el "Q4_K_M done"
+  if [ -z "$DECODE_ONLY" ]; then
+    while [ ! -f /tmp/ll/build.rc ] && [ $(( $(date +%s) - T0 )) -lt ${LLAMA_WAIT:-420} ]; do sleep 3; done
+    el "llama-bench build rc: $(cat /tmp/ll/build.rc 2>/dev/null || echo timeout)"
+    LB=$LL/build/bin/llama-bench; [ -x "$LB" ] && LBARG="--llama-bench $LB" || tail -5 /tmp/ll/build.log
+  fi
   timeout 240 python3 benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 $LBARG ${PROFILE:+--profile} \
     2>&1 | grep -v Warning > "$OUTD/decode.md"; tail -40 "$OUTD/decode.md"
   el "all done"; exit 0
