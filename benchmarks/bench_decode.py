@@ -6,8 +6,7 @@ measured plain transformers. With `--llama-bench BIN`, llama.cpp's pp512/tg128 o
 is printed beside it from the same run. With `--profile`, one more generate call runs under torch's
 profiler and a second table splits a decoded token's time: the GPU time of each kind of kernel (ours,
 attention, inductor's fused kernels, ...) and what is left of the token's wall time, when the GPU waits
-on the host (transformers' step between two graph replays); then one decode step captured as a CUDA
-graph and replayed back to back, the GPU's time a token without that host step.
+on the host (transformers' step between two graph replays).
 
     python benchmarks/bench_decode.py model.gguf [--llama-bench BIN] [--new-tokens 128] [--profile]
 """
@@ -99,41 +98,6 @@ def profile_decode(model, prompt, new_tokens: int) -> None:
               f"{e.self_device_time_total / tokens:.0f} |")
 
 
-def graph_step_us(model, prompt, steps: int = 100) -> float:
-    """GPU time of one decode step with no host work between steps: the forward at one position of a static
-    cache, compiled (inductor, no CUDA graphs of its own), captured once in a CUDA graph and replayed back to
-    back. Against the generate rate, what is left is transformers' host step."""
-    from transformers import StaticCache
-
-    n = prompt.shape[1]
-    cache = StaticCache(config=model.config, max_cache_len=n + 64)
-    model(prompt, past_key_values=cache, cache_position=torch.arange(n, device=prompt.device), use_cache=True)
-    tok, pos = prompt[:, -1:].clone(), torch.tensor([n], device=prompt.device)
-    forward = torch.compile(model.forward, dynamic=False)
-
-    def step():
-        return forward(tok, past_key_values=cache, cache_position=pos, use_cache=True).logits
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    for _ in range(10):
-        graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(steps):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / steps
-
-
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("gguf", type=Path)
@@ -178,12 +142,6 @@ def main() -> None:
     if args.profile:
         with torch.no_grad():
             profile_decode(model, ids[:, :16], args.new_tokens)
-            try:
-                us = graph_step_us(model, ids[:, :16])
-                print(f"\nOne decode step replayed as a CUDA graph, back to back: {us:.0f} us ({1e6 / us:.1f} tok/s), "
-                      f"against generate's {1e6 / decode:.0f} us a token")
-            except Exception as exc:  # a measurement, not the benchmark: say why and keep the tables above
-                print(f"\nOne decode step as a CUDA graph: not measured ({type(exc).__name__}: {exc})")
 
 
 if __name__ == "__main__":

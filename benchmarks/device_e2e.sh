@@ -7,7 +7,8 @@
 # LLAMA_BENCH=1: instead of llama-quantize, llama.cpp's CUDA llama-bench; our Q4_K_M only, then decode
 # timed once the build is done (a compiling CPU slows the host side of a decode step), with bench_decode.py's
 # llama-bench row after ours. DECODE_ONLY=1: no llama.cpp build; our Q4_K_M and its decode only. PROFILE=1: the
-# decode also splits a token's time by kind of kernel (bench_decode.py --profile).
+# decode also splits a token's time by kind of kernel (bench_decode.py --profile). NO_TESTS=1: no GPU tests first.
+# DECODE_TIMEOUT: seconds for the decode benchmark in the LLAMA_BENCH / DECODE_ONLY run (240).
 #   bash benchmarks/device_e2e.sh [OUTDIR]      (needs .whl/ and .dev/ carried: benchmarks/device_carry.sh)
 set -o pipefail
 OUTD=${1:-${OUT:-/tmp/gguf_out}}; mkdir -p "$OUTD"
@@ -24,7 +25,7 @@ build_kernels /tmp/kb || exit 1
 export GGUF_QUANT_KERNELS=/tmp/kb
 # the full quantizer suite is long (its torch reference runs on CUDA too); the benchmark below
 # compares every tensor of an 8B model with llama-quantize byte for byte anyway
-timeout 150 python3 -m pytest tests/test_gpu_models.py "tests/test_kernels_quantize_gpu.py::test_layouts_and_edges" \
+[ -z "$NO_TESTS" ] && timeout 150 python3 -m pytest tests/test_gpu_models.py "tests/test_kernels_quantize_gpu.py::test_layouts_and_edges" \
   "tests/test_kernels_quantize_gpu.py::test_opcheck" -k "not Q2_K" -q -p no:cacheprovider 2>&1 | tail -4 | tee "$OUTD/gpu_tests.log"
 el "CUDA quantizer and whole-model GPU tests done"
 mkdir -p /tmp/m
@@ -38,7 +39,7 @@ if [ -n "$LLAMA_BENCH$DECODE_ONLY" ]; then
     el "llama-bench build rc: $(cat /tmp/ll/build.rc 2>/dev/null || echo timeout)"
     LB=$LL/build/bin/llama-bench; [ -x "$LB" ] && LBARG="--llama-bench $LB" || tail -5 /tmp/ll/build.log
   fi
-  timeout 240 python3 benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 $LBARG ${PROFILE:+--profile} \
+  timeout ${DECODE_TIMEOUT:-240} python3 -u benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 $LBARG ${PROFILE:+--profile} \
     2>&1 | grep -v Warning > "$OUTD/decode.md"; tail -40 "$OUTD/decode.md"
   el "all done"; exit 0
 fi
@@ -51,7 +52,7 @@ for MIX in ${MIXES:-Q4_K_M Q8_0}; do
   el "$MIX done"
 done
 if [ $(( $(date +%s) - T0 )) -lt ${DECODE_BEFORE:-440} ]; then
-  timeout 150 python3 benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 ${PROFILE:+--profile} 2>&1 \
+  timeout 150 python3 -u benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 ${PROFILE:+--profile} 2>&1 \
     | grep -v Warning > "$OUTD/decode.md"; tail -40 "$OUTD/decode.md"
   el "decode done"
 fi
