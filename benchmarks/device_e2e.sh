@@ -25,9 +25,11 @@ build_kernels /tmp/kb || exit 1
 export GGUF_QUANT_KERNELS=/tmp/kb
 # the full quantizer suite is long (its torch reference runs on CUDA too); the benchmark below
 # compares every tensor of an 8B model with llama-quantize byte for byte anyway
-[ -z "$NO_TESTS" ] && timeout 150 python3 -m pytest tests/test_gpu_models.py "tests/test_kernels_quantize_gpu.py::test_layouts_and_edges" \
-  "tests/test_kernels_quantize_gpu.py::test_opcheck" -k "not Q2_K" -q -p no:cacheprovider 2>&1 | tail -4 | tee "$OUTD/gpu_tests.log"
-el "CUDA quantizer and whole-model GPU tests done"
+if [ -z "$NO_TESTS" ]; then
+  timeout 150 python3 -m pytest tests/test_gpu_models.py "tests/test_kernels_quantize_gpu.py::test_layouts_and_edges" \
+    "tests/test_kernels_quantize_gpu.py::test_opcheck" -k "not Q2_K" -q -p no:cacheprovider 2>&1 | tail -4 | tee "$OUTD/gpu_tests.log"
+  el "CUDA quantizer and whole-model GPU tests done"
+fi
 mkdir -p /tmp/m
 python3 .dev/gen_gguf.py tests/data/vocab.gguf /tmp/m/l8b-f16.gguf llama > "$OUTD/gen.log" 2>&1 || { tail -5 "$OUTD/gen.log"; exit 1; }
 el "8B-shape F16 written: $(du -h /tmp/m/l8b-f16.gguf | cut -f1)"
