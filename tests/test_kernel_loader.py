@@ -21,8 +21,12 @@ Q8_0, Q4_K, IQ2_XXS = 8, 12, 16
 # --- build naming and metadata ------------------------------------------------------------------
 
 def test_variant_name_matches_what_kernels_accepts():
-    from kernels.backends import CUDA as KCUDA
-    from kernels.variants import _resolve_variant_for_system, parse_variant
+    try:  # kernels >= 0.19 keeps its resolver under _internals, with the same leading arguments
+        from kernels._internals.backends import CUDA as KCUDA
+        from kernels._internals.variants import _resolve_variant_for_system, parse_variant
+    except ImportError:
+        from kernels.backends import CUDA as KCUDA
+        from kernels.variants import _resolve_variant_for_system, parse_variant
 
     name = bk.variant_name("2.11.0+cu130", "13.0", "x86_64", "Linux")
     assert name == "torch211-cxx11-cu130-x86_64-linux"
