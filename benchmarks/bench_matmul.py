@@ -230,7 +230,7 @@ def read_llama(path: str) -> dict:
     return out
 
 
-def fmt_table(rows: list[dict], llama: dict, llama_src: str) -> str:
+def fmt_table(rows: list[dict], llama: dict, llama_src: str, us_digits: int = 1) -> str:
     out = [f"| kind | type | K -> N | M | ours us | weight GB/s | TFLOP/s | llama.cpp us ({llama_src}) | llama / ours |",
            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
@@ -239,7 +239,7 @@ def fmt_table(rows: list[dict], llama: dict, llama_src: str) -> str:
         shape = f"{r['K']} -> {r['N']}" + (f" ({r['label']})" if r.get("label") else "")
         ll_s = "" if ll is None else f"{ll:.1f}"
         ratio = "" if ll is None else f"{ll / r['us']:.2f}x"
-        out.append(f"| {r['kind']} | {r['type']} | {shape} | {r['M']} | {r['us']:.1f} | {r['gbs']:.0f} | "
+        out.append(f"| {r['kind']} | {r['type']} | {shape} | {r['M']} | {r['us']:.{us_digits}f} | {r['gbs']:.0f} | "
                    f"{r['tflops']:.1f} | {ll_s} | {ratio} |")
     return "\n".join(out)
 
@@ -259,6 +259,7 @@ def main(argv=None) -> int:
     # llama.cpp in this call, else the file's name (session 36 labelled stored times "same run")
     p.add_argument("--llama-label", default=None, help="the llama.cpp column's source (default: the file's name)")
     p.add_argument("--out", default=None, help="also write the table (markdown) here")
+    p.add_argument("--us-digits", type=int, default=1, help="decimals of the us column (A/B runs: 2)")
     p.add_argument("--emit-cases", default=None, help="write the cases for llama_mm_bench and exit")
     p.add_argument("--save-rows", default=None, help="also save the measured rows (JSON)")
     p.add_argument("--load-rows", default=None, help="print the table of saved rows (with --llama) and exit")
@@ -295,7 +296,7 @@ def main(argv=None) -> int:
     if args.load_rows:
         with open(args.load_rows) as f:
             saved = json.load(f)
-        report(saved["header"], saved["rows"], llama, llama_src, args.out)
+        report(saved["header"], saved["rows"], llama, llama_src, args.out, args.us_digits)
         return 0
 
     props = torch.cuda.get_device_properties(0)
@@ -313,13 +314,13 @@ def main(argv=None) -> int:
     if args.save_rows:
         with open(args.save_rows, "w") as f:
             json.dump({"header": header, "rows": rows}, f)
-    report(header, rows, llama, llama_src, args.out)
+    report(header, rows, llama, llama_src, args.out, args.us_digits)
     return 0
 
 
-def report(header: str, rows: list, llama, llama_src: str, out: str | None) -> None:
+def report(header: str, rows: list, llama, llama_src: str, out: str | None, us_digits: int = 1) -> None:
     """Print the table (ours beside llama.cpp's) and write it to `out` if given."""
-    table = fmt_table(rows, llama, llama_src)
+    table = fmt_table(rows, llama, llama_src, us_digits)
     print(header)
     print(table)
     if out:

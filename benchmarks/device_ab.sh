@@ -9,8 +9,9 @@
 # AB_ARGS2="--moe-only --ms 1,8" then times a second set of bench_matmul args the same way, on the same
 # builds (labels mA1, mB1, ...); AB_TESTS="tests/x.py::test_a ..." (AB_K: a -k expression for them) then
 # runs those tests on A's build, and again under memcheck. The rows of every run go to $OUT/ab.txt (and
-# ab2.txt), one "## LABEL" section a run; each run's own table and log, and the memcheck shards', stay in
-# /tmp/ab_logs, since the device tool brings back only ~8 files (session 39 lost a tree's tables to the logs).
+# ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's own table and log, and the memcheck
+# shards', stay in /tmp/ab_logs, since the device tool brings back only ~8 files (session 39 lost a tree's
+# tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice) sweeps knobs: two rows a setting.
 set -o pipefail
 OUTD=${OUT:-/tmp/gguf_out}; LOGD=/tmp/ab_logs; mkdir -p "$OUTD" "$LOGD"
 source benchmarks/device_setup.sh
@@ -22,7 +23,7 @@ build_kernels /tmp/ka "" $J & pa=$!; build_kernels /tmp/kb "$BASE" $J & pb=$!
 wait $pa && wait $pb && { [ -z "$BASE2" ] || wait $pc; } || exit 1
 run() {  # run LABEL KERNELS [ENV...]
   local label=$1 kdir=$2; shift 2
-  env "$@" GGUF_QUANT_KERNELS=$kdir python3 benchmarks/bench_matmul.py "${ARGS[@]}" --out "$LOGD/$label.md" \
+  env "$@" GGUF_QUANT_KERNELS=$kdir python3 benchmarks/bench_matmul.py "${ARGS[@]}" --us-digits 2 --out "$LOGD/$label.md" \
     > "$LOGD/$label.log" 2>&1 || tail -5 "$LOGD/$label.log"
   echo "## $label ($kdir $*)"; grep "^| [a-z]" "$LOGD/$label.md"
 }

@@ -181,8 +181,8 @@ def test_matmul_stream_row_pairs_forced():
 def test_matmul_stream_ksplit(name, M, rng):
     """M = 3..8 on the MT = 8 stream kernel with K split over a cluster of CTAs that meet in rank 0's
     shared memory (M < 8: the padded tokens' records are never built, their columns never stored):
-    where 8 tokens' records of all of K do not fit a CTA (K = 14336: 4 slices of 14 chunks, N = 4095,
-    whose last unit is a row short) or leave a thread too many (N = 999, K = 4096: 8 slices of 1-2
+    where 8 tokens' records of all of K do not fit a CTA (K = 14336: 4 slices of 14 chunks, over the grid 8
+    of 7 with 16 warps a CTA for Q4_0, Q4_K and Q5_K (v83); N = 4095, whose last unit is a row short) or leave a thread too many (N = 999, K = 4096: 8 slices of 1-2
     chunks), and where they fit but a split doubles the warps (N = 14335, K = 4096: 2 slices, 14 warps a
     CTA; at M = 3, 4 only IQ4_XS and MXFP4 take it there). Q6_K's slices of 420-byte chunks start 4-byte
     aligned: N = 999 in 8 slices of one chunk, 0, 4, 8 and 12 bytes past a 16-byte boundary; its

@@ -664,30 +664,46 @@ struct KsGridPlan {
   int Z = 0, ctas = 0, WPC = 0;  // Z = 0: no plan
   size_t smem = 0, part_bytes = 0;  // part_bytes: the meeting buffer's (GemvArgs::ks_part), Z x 128 floats a unit
 };
-// The grid's plan for M tokens: CTAs a slice and warps a CTA (one unit each, one CTA an SM), on the
-// clusters' rules (slices of whole chunks and 16-byte runs; the fewest slices that give 8 warps a CTA).
+// Where the grid takes 8 slices of 16 warps a CTA over the fewest that give 8 (v83, session 56, H200, M = 8,
+// 14336 -> 4096, us, Z = 4 of 8 warps -> Z = 8 of 16): Q4_0 17.65 -> 14.52, Q4_K 18.34 -> 15.81, Q5_K 20.29 ->
+// 18.32; the slices' records are half as large and twice the warps hide each stage's latency. The other
+// types' Z = 8 plans do not fit (shared memory, groups a thread) and keep theirs.
 template <int T>
-KsGridPlan ks_grid_plan(int N, int K, int M) {
+constexpr bool ks_grid_deep(int K) {
+  return (T == Q4_0 || T == Q4_K || T == Q5_K) && K >= 12288;
+}
+// The grid's plan for M tokens: CTAs a slice and warps a CTA (one unit each, one CTA an SM), on the
+// clusters' rules (slices of whole chunks and 16-byte runs; the fewest slices that give 8 warps a CTA, or 8
+// slices where ks_grid_deep and they fit).
+template <int T>
+KsGridPlan ks_grid_plan_z(int N, int K, int Z) {
   using L = FT<T>;
   constexpr int MT = 8;
-  const int ks = knob_ks(), kg = knob_ks_grid();
-  if (kg == 0 || ks == 0 || M > 8 || !ks_first<T>(M, N)) return {};
   const int nch = K / L::CE, units = (N + 2 * MT - 1) / (2 * MT);
+  if (!ks_slices_fit<T>(nch, Z, knob_ks()) || num_sms() < Z) return {};
+  KsGridPlan p;
+  p.Z = Z;
+  p.part_bytes = (size_t)units * Z * kKsSums * 4;
+  p.WPC = (units + num_sms() / Z - 1) / (num_sms() / Z);
+  p.ctas = (units + p.WPC - 1) / p.WPC;
+  // (the records padded to 128 bytes, each stage buffer's barrier after the stages: NOTES.md v70)
+  p.smem = std::max(stream_recs_end(MT * stream_rec_stride<T, MT>(K / Z), true) +
+                        (size_t)p.WPC * 2 * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes),
+                    one_cta_an_sm_smem());
+  if (p.WPC > 16 || p.smem > stream_smem_cap() || ks_groups_a_thread<T>(nch, Z, p.WPC) > 8) return {};
+  return p;
+}
+template <int T>
+KsGridPlan ks_grid_plan(int N, int K, int M) {
+  const int ks = knob_ks(), kg = knob_ks_grid();
+  if (kg == 0 || ks == 0 || M > 8 || !ks_first<T>(M, N) || (kg < 0 && !ks_grid_auto<T>(K))) return {};
+  if (ks < 0 && ks_grid_deep<T>(K)) {
+    const KsGridPlan p = ks_grid_plan_z<T>(N, K, kKsGridMaxZ);
+    if (p.Z) return p;
+  }
   for (int Z : {2, 4, 8}) {
-    if (!ks_slices_fit<T>(nch, Z, ks) || num_sms() < Z) continue;
-    KsGridPlan p;
-    p.Z = Z;
-    p.part_bytes = (size_t)units * Z * kKsSums * 4;
-    p.WPC = (units + num_sms() / Z - 1) / (num_sms() / Z);
-    p.ctas = (units + p.WPC - 1) / p.WPC;
-    // (the records padded to 128 bytes, each stage buffer's barrier after the stages: NOTES.md v70)
-    p.smem = std::max(stream_recs_end(MT * stream_rec_stride<T, MT>(K / Z), true) +
-                          (size_t)p.WPC * 2 * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes),
-                      one_cta_an_sm_smem());
-    if (p.WPC > 16 || p.smem > stream_smem_cap() || ks_groups_a_thread<T>(nch, Z, p.WPC) > 8) continue;
-    if (ks < 0 && p.WPC < 8 && Z < kKsGridMaxZ) continue;
-    if (kg < 0 && !ks_grid_auto<T>(K)) return {};
-    return p;
+    const KsGridPlan p = ks_grid_plan_z<T>(N, K, Z);
+    if (p.Z && !(ks < 0 && p.WPC < 8 && Z < kKsGridMaxZ)) return p;
   }
   return {};
 }
