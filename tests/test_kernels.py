@@ -179,20 +179,20 @@ def test_matmul_stream_row_pairs_forced():
 @pytest.mark.parametrize("M", [3, 4, 5, 6, 8])
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"])
 def test_matmul_stream_ksplit(name, M, rng):
-    """M = 3..8 on the MT = 8 stream kernel with K split over a cluster of CTAs that meet in rank 0's
-    shared memory (M < 8: the padded tokens' records are never built, their columns never stored):
-    where 8 tokens' records of all of K do not fit a CTA (K = 14336: 4 slices of 14 chunks, over the grid 8
-    of 7 with 16 warps a CTA for Q4_0, Q4_K and Q5_K (v83); N = 4095, whose last unit is a row short) or leave a thread too many (N = 999, K = 4096: 8 slices of 1-2
-    chunks), and where they fit but a split doubles the warps (N = 14335, K = 4096: 2 slices, 14 warps a
-    CTA; at M = 3, 4 only IQ4_XS and MXFP4 take it there). Q6_K's slices of 420-byte chunks start 4-byte
-    aligned: N = 999 in 8 slices of one chunk, 0, 4, 8 and 12 bytes past a 16-byte boundary; its
-    N = 4095 takes a 4-way split (213 KB, under the H200's 227 KB opt-in limit) and N = 14335 the plain
-    launch with 8 warps (212 KB; test_matmul_stream_smem_cap runs both under 200 KB). N = 4095 with
-    K = 14336 and 4096: Q6_K, MXFP4 and IQ4_XS take clusters of 2 with two warps a unit, each reading half
-    the CTA's slice (v48; test_matmul_stream_ks_warps_a_unit runs every type both ways), and K = 512,
+    """M = 3..8 on the MT = 8 stream kernel with K split over a cluster of CTAs that meet in rank 0's shared
+    memory (M < 8: the padded tokens' records are never built, their columns never stored): where 8 tokens'
+    records of all of K do not fit a CTA (K = 14336: 4 slices of 14 chunks, over the grid 8 of 7 with 16 warps
+    a CTA for Q4_0, Q4_K and Q5_K (v83); N = 4095, whose last unit is a row short) or leave a thread too many
+    (N = 999, K = 4096: 8 slices of 1-2 chunks), and where they fit but a split doubles the warps (N = 14335,
+    K = 4096: 2 slices, 14 warps a CTA; at M = 3, 4 only IQ4_XS and MXFP4 take it there). Q6_K's slices of
+    420-byte chunks start 4-byte aligned: N = 999 in 8 slices of one chunk, 0, 4, 8 and 12 bytes past a
+    16-byte boundary; its N = 4095 takes a 4-way split (213 KB, under the H200's 227 KB opt-in limit) and N =
+    14335 the plain launch with 8 warps (212 KB; test_matmul_stream_smem_cap runs both under 200 KB). N = 4095
+    with K = 14336 and 4096: Q6_K, MXFP4 and IQ4_XS take clusters of 2 with two warps a unit, each reading
+    half the CTA's slice (v48; test_matmul_stream_ks_warps_a_unit runs every type both ways), and K = 512,
     where a slice can be one stage and the first warp of a unit then reads none. At K = 14336 every type but
-    Q8_0 takes the split over a plain grid instead (v56, v70; test_matmul_stream_ks_grid runs every case
-    both ways). fp16 activations once."""
+    Q8_0 takes the split over a plain grid instead (v56, v70; test_matmul_stream_ks_grid runs every case both
+    ways). fp16 activations once."""
     for N, K in ((4095, 14336), (999, 4096), (14335, 4096), (4095, 4096), (4095, 512)):
         check_matmul(name, M, N, K, rng)
     if M == 8:
