@@ -7,37 +7,41 @@
 # a compile-time constant; AB_ENV="VAR=value ..." adds rows of each tree with each setting (a knob's other
 # values, e.g. GGUF_KERNELS_PDL=0: whether a difference between the trees lives in the dependent launch);
 # AB_ARGS2="--moe-only --ms 1,8" then times a second set of bench_matmul args the same way, on the same
-# builds (labels mA1, mB1, ...); AB_TESTS="tests/x.py::test_a ..." (AB_K: a -k expression for them) then
-# runs those tests on A's build, and again under memcheck. The rows of every run go to $OUT/ab.txt (and
-# ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's own table and log, and the memcheck
-# shards', stay in /tmp/ab_logs, since the device tool brings back only ~8 files (session 39 lost a tree's
-# tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice) sweeps knobs: two rows a setting.
+# builds (labels mA1, mB1, ...), with the settings AB_ENV2 where given; AB_TESTS="tests/x.py::test_a ..."
+# (AB_K: a -k expression for them) then runs those tests on A's build, and again under memcheck. The rows
+# of every run go to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's
+# own table and log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool brings back only
+# ~8 files (session 39 lost a tree's tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice) sweeps knobs: two rows a setting;
+# BASE=none builds and times this tree alone (a knob sweep at half the runs: one row a setting, the default
+# AB_ROUNDS times, default 2, for its spread).
 set -o pipefail
 OUTD=${OUT:-/tmp/gguf_out}; LOGD=/tmp/ab_logs; mkdir -p "$OUTD" "$LOGD"
 source benchmarks/device_setup.sh
 BASE=${BASE:-.dev/base/kernels-src/gguf_kernels}
 # each build's own status (a build left in /tmp/ka or /tmp/kb by an earlier call must not pass for it)
-J=$([ -n "$BASE2" ] && echo 5 || echo 8)
-build_kernels /tmp/ka "" $J & pa=$!; build_kernels /tmp/kb "$BASE" $J & pb=$!
+TREES="a"; [ "$BASE" != none ] && TREES="a b${BASE2:+ c}"
+J=$([ -n "$BASE2" ] && echo 5 || { [ "$BASE" = none ] && echo 16 || echo 8; })
+build_kernels /tmp/ka "" $J & pa=$!
+[ "$BASE" != none ] && { build_kernels /tmp/kb "$BASE" $J & pb=$!; }
 [ -n "$BASE2" ] && { build_kernels /tmp/kc "$BASE2" $J & pc=$!; }
-wait $pa && wait $pb && { [ -z "$BASE2" ] || wait $pc; } || exit 1
+wait $pa && { [ "$BASE" = none ] || wait $pb; } && { [ -z "$BASE2" ] || wait $pc; } || exit 1
 run() {  # run LABEL KERNELS [ENV...]
   local label=$1 kdir=$2; shift 2
   env "$@" GGUF_QUANT_KERNELS=$kdir python3 benchmarks/bench_matmul.py "${ARGS[@]}" --us-digits 2 --out "$LOGD/$label.md" \
     > "$LOGD/$label.log" 2>&1 || tail -5 "$LOGD/$label.log"
   echo "## $label ($kdir $*)"; grep "^| [a-z]" "$LOGD/$label.md"
 }
-rounds() {  # rounds PREFIX: the trees A B [C] twice, then each AB_ENV setting once on every tree
-  for i in 1 2; do run "$1A$i" /tmp/ka; run "$1B$i" /tmp/kb; [ -n "$BASE2" ] && run "$1C$i" /tmp/kc; done
-  for e in ${AB_ENV}; do
-    for t in a b ${BASE2:+c}; do run "$1${t^^}-${e//[^A-Za-z0-9_]/_}" /tmp/k$t "$e"; done
+rounds() {  # rounds PREFIX SETTINGS: the trees A B [C] AB_ROUNDS times, then each setting once on every tree
+  for i in $(seq "${AB_ROUNDS:-2}"); do for t in $TREES; do run "$1${t^^}$i" /tmp/k$t; done; done
+  for e in $2; do
+    for t in $TREES; do run "$1${t^^}-${e//[^A-Za-z0-9_]/_}" /tmp/k$t "$e"; done
   done
 }
 ARGS=("$@")
-rounds "" | tee "$OUTD/ab.txt"
+rounds "" "$AB_ENV" | tee "$OUTD/ab.txt"
 if [ -n "$AB_ARGS2" ]; then
   read -r -a ARGS <<< "$AB_ARGS2"
-  rounds m | tee "$OUTD/ab2.txt"
+  rounds m "${AB_ENV2-$AB_ENV}" | tee "$OUTD/ab2.txt"
 fi
 el "timing done"
 if [ -n "$AB_TESTS" ]; then
