@@ -5,7 +5,8 @@
 # Needs .whl/ and, for llama.cpp, .dev/llama.tgz carried (benchmarks/device_carry.sh fills both).
 # NO_LLAMA=1 skips llama.cpp; QUICK=1 runs a short bench; REUSE_BUILD=1 keeps a build already in
 # /tmp/kb (one made earlier in the same call); NO_TESTS=1 skips the GPU tests and the probe check (a
-# table-only call on kernels whose suite already ran, e.g. under device_sanitize.sh).
+# table-only call on kernels whose suite already ran, e.g. under device_sanitize.sh). BENCH_ARGS: bench_matmul.py's
+# case arguments for ours and llama.cpp's alike (default: the table of record's), e.g. "--no-moe --shapes 8192x1024".
 set -o pipefail
 OUTD=${1:-${OUT:-/tmp/gguf_out}}; mkdir -p "$OUTD"
 MAX_JOBS=${MAX_JOBS:-6}   # llama.cpp builds beside ours
@@ -30,7 +31,7 @@ if [ -z "$NO_TESTS" ]; then
 fi
 [ -z "$NO_SANITIZER" ] && timeout 150 compute-sanitizer --tool memcheck --print-limit 5 python3 benchmarks/sanitize_kernels.py 2>&1 | tail -4 | tee "$OUTD/sanitizer.log"
 el "sanitizer done"
-python3 benchmarks/bench_matmul.py ${QUICK:+--quick} --save-rows "$OUTD/rows.json" --out "$OUTD/bench.md" 2>&1 \
+python3 benchmarks/bench_matmul.py ${QUICK:+--quick} $BENCH_ARGS --save-rows "$OUTD/rows.json" --out "$OUTD/bench.md" 2>&1 \
   | tee "$OUTD/bench.log" | grep -v "done (" | tail -3
 el "our bench done"
 if [ -z "$NO_PROBE" ]; then  # both M = 1 kernels side by side, and their agreement (benchmarks/gemv_probe.cu)
@@ -39,7 +40,7 @@ if [ -z "$NO_PROBE" ]; then  # both M = 1 kernels side by side, and their agreem
   grep -E "14336 M=1|FAIL" "$OUTD/probe.md" | tail -30; el "probe done"
 fi
 if [ -f .dev/llama.tgz ] && [ -z "$NO_LLAMA" ]; then
-  python3 benchmarks/bench_matmul.py ${QUICK:+--quick} --emit-cases /tmp/cases.txt
+  python3 benchmarks/bench_matmul.py ${QUICK:+--quick} $BENCH_ARGS --emit-cases /tmp/cases.txt
   while [ ! -f /tmp/ll/build.rc ] && [ $(( $(date +%s) - T0 )) -lt ${LLAMA_WAIT:-400} ]; do sleep 5; done
   el "llama.cpp build rc: $(cat /tmp/ll/build.rc 2>/dev/null || echo timeout)"
   if [ "$(cat /tmp/ll/build.rc 2>/dev/null)" = 0 ] && g++ -O2 -std=c++17 benchmarks/llama_mm_bench.cpp -I$LL/ggml/include \
