@@ -222,11 +222,11 @@ def test_matmul_stream_ks_warps_a_unit(h):
 def test_matmul_stream_ks_grid():
     """The K split over a plain grid, its slices meeting at the grid barrier of a cooperative launch (v55:
     ranks 1 .. Z - 1 store their sums in a buffer of the call, rank 0 adds them after the barrier), taken
-    by default where it wins (Q4_K, Q5_K from K = 8192; Q4_0, Q6_K, MXFP4 and IQ4_XS from 12288). In children:
-    GGUF_KERNELS_FAST_KS_GRID=1 (the grid wherever it fits) on test_matmul_stream_ksplit (every type,
-    M = 3..8, 2 to 8 slices, Q6_K's 4-byte aligned ones), the dependent-launch chain in a CUDA graph at
-    M = 8 (replays of cooperative kernel nodes) and launches on two streams at once; then
-    GGUF_KERNELS_FAST_KS_GRID=0 (clusters everywhere) on test_matmul_stream_ksplit."""
+    by default where it wins (Q4_K, Q5_K from K = 8192 with N >= 4096, and from 12288; Q4_0, Q6_K, MXFP4 and
+    IQ4_XS from 12288). In children: GGUF_KERNELS_FAST_KS_GRID=1 (the grid wherever it fits) on
+    test_matmul_stream_ksplit (every type, M = 3..8, 2 to 8 slices, Q6_K's 4-byte aligned ones), the
+    dependent-launch chain in a CUDA graph at M = 8 (replays of cooperative kernel nodes) and launches on two
+    streams at once; then GGUF_KERNELS_FAST_KS_GRID=0 (clusters everywhere) on test_matmul_stream_ksplit."""
     run_child({"GGUF_KERNELS_FAST_KS_GRID": "1"}, __file__,
               "test_matmul_stream_ksplit or (test_matmul_dependent_launch_chain and 8]) or test_matmul_ks_two_streams",
               "41 passed")

@@ -640,10 +640,13 @@ inline int knob_ks_grid() {
 // the GPU and leave 9 warps a CTA); Q6_K from K = 12288 (-2.5 to -3.0 us; +0.5 to +1.6 at 8192). Since its
 // stages became tensor-map copies (v70, session 49, 14336 -> 4096): also Q4_0, MXFP4 and IQ4_XS from
 // K = 12288 at every M (-0.05 to -1.6 us; MXFP4 / IQ4_XS had it from M = 6). Q8_0 (+1.0 to +1.3 us there)
-// and every K = 4096 (+0.3 to +1.6) still lose to the barrier's cost.
+// and every K = 4096 (+0.3 to +1.6) still lose to the barrier's cost. Q4_K and Q5_K below K = 12288 only from
+// N = 4096 (v85, session 57, M = 8, us, grid / clusters: Llama-70B's k and v, 8192 -> 1024, whose 64 units
+// leave the grid's 8 slices 4 warps a CTA, Q4_K 6.82 / 5.51, Q5_K 7.19 / 6.23; 8192 -> 2048 7.76 / 6.65,
+// 8.45 / 7.75; 8192 -> 4096 ties, and keeps the grid).
 template <int T>
-constexpr bool ks_grid_auto(int K) {
-  return ((T == Q4_K || T == Q5_K) && K >= 8192) ||
+constexpr bool ks_grid_auto(int N, int K) {
+  return ((T == Q4_K || T == Q5_K) && (K >= 12288 || (K >= 8192 && N >= 4096))) ||
          ((T == Q6_K || T == Q4_0 || T == MXFP4 || T == IQ4_XS) && K >= 12288);
 }
 // Whether K's nch chunks split into Z slices (the knob ks > 0 forcing Z = ks): slices of whole chunks,
@@ -696,7 +699,7 @@ KsGridPlan ks_grid_plan_z(int N, int K, int Z) {
 template <int T>
 KsGridPlan ks_grid_plan(int N, int K, int M) {
   const int ks = knob_ks(), kg = knob_ks_grid();
-  if (kg == 0 || ks == 0 || M > 8 || !ks_first<T>(M, N) || (kg < 0 && !ks_grid_auto<T>(K))) return {};
+  if (kg == 0 || ks == 0 || M > 8 || !ks_first<T>(M, N) || (kg < 0 && !ks_grid_auto<T>(N, K))) return {};
   if (ks < 0 && ks_grid_deep<T>(K)) {
     const KsGridPlan p = ks_grid_plan_z<T>(N, K, kKsGridMaxZ);
     if (p.Z) return p;
