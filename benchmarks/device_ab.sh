@@ -11,9 +11,9 @@
 # (AB_K: a -k expression for them) then runs those tests on A's build, and again under memcheck. The rows
 # of every run go to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's
 # own table and log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool brings back only
-# ~8 files (session 39 lost a tree's tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice) sweeps knobs: two rows a setting;
-# BASE=none builds and times this tree alone (a knob sweep at half the runs: one row a setting, the default
-# AB_ROUNDS times, default 2, for its spread).
+# ~8 files (session 39 lost a tree's tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice)
+# sweeps knobs: two rows a setting; BASE=none builds and times this tree alone (a knob sweep at half the
+# runs: one row a setting, the default AB_ROUNDS times, default 2, for its spread).
 set -o pipefail
 OUTD=${OUT:-/tmp/gguf_out}; LOGD=/tmp/ab_logs; mkdir -p "$OUTD" "$LOGD"
 source benchmarks/device_setup.sh

@@ -700,11 +700,9 @@ template <int T>
 KsGridPlan ks_grid_plan(int N, int K, int M) {
   const int ks = knob_ks(), kg = knob_ks_grid();
   if (kg == 0 || ks == 0 || M > 8 || !ks_first<T>(M, N) || (kg < 0 && !ks_grid_auto<T>(N, K))) return {};
-  if (ks < 0 && ks_grid_deep<T>(K)) {
-    const KsGridPlan p = ks_grid_plan_z<T>(N, K, kKsGridMaxZ);
-    if (p.Z) return p;
-  }
-  for (int Z : {2, 4, 8}) {
+  // ks_grid_deep: 8 slices first (kKsGridMaxZ), each Z's plan computed once
+  static constexpr int order[2][3] = {{2, 4, kKsGridMaxZ}, {kKsGridMaxZ, 2, 4}};
+  for (int Z : order[ks < 0 && ks_grid_deep<T>(K)]) {
     const KsGridPlan p = ks_grid_plan_z<T>(N, K, Z);
     if (p.Z && !(ks < 0 && p.WPC < 8 && Z < kKsGridMaxZ)) return p;
   }
