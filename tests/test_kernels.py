@@ -233,6 +233,28 @@ def test_matmul_stream_ks_grid():
     run_child({"GGUF_KERNELS_FAST_KS_GRID": "0"}, f"{__file__}::test_matmul_stream_ksplit", "", "35 passed")
 
 
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "MXFP4", "IQ4_XS"])
+def test_matmul_stream_ks_units_cases(name, rng):
+    """8191 -> 8192 at M = 3, 5 and 8 (bf16; M = 8 fp16 too): under a 120 KB shared-memory cap
+    (test_matmul_stream_ks_units runs them so) neither the plain launch nor a K split of one unit a warp takes
+    them for Q4_K, Q5_K, Q8_0, MXFP4 and IQ4_XS at M = 5..8 (and Q4_K, Q5_K, Q8_0 at M = 3), and the grid's
+    warps read two units each, the last unit a row short (v86); Q4_0 keeps a 4-slice grid of one unit a warp.
+    Without the cap: the launches the full shared memory gives."""
+    for M in (3, 5, 8):
+        check_matmul(name, M, 8191, 8192, rng)
+    check_matmul(name, 8, 8191, 8192, rng, torch.float16)
+
+
+def test_matmul_stream_ks_units(rng):
+    """The grid K split with several units a warp (v86): Llama-70B's down projection at M = 4 (28672 -> 8191:
+    512 units over 8 slices of 16 warps, two units a warp; every rank stores each unit's sums in the meeting
+    buffer, rank 0 adds them after the barrier), where the plain launch's 4 tokens' records of K do not fit a
+    CTA and one unit a warp does not fit a wave; then, in a child with GGUF_KERNELS_FAST_SMEM_KB=120, the
+    smaller cases of test_matmul_stream_ks_units_cases."""
+    check_matmul("Q4_K", 4, 8191, 28672, rng)
+    run_child({"GGUF_KERNELS_FAST_SMEM_KB": "120"}, f"{__file__}::test_matmul_stream_ks_units_cases", "", "6 passed")
+
+
 def test_matmul_ks_two_streams(rng):
     """M = 8 matmuls of the K split (14336 -> 4095: four slices; Q4_K: over the grid) on two streams at once, each stream's
     calls back to back: every output matches its reference (each call's meeting buffer is its own)."""

@@ -121,6 +121,25 @@ __device__ __forceinline__ bool ks_meet_grid(float* part, int Z, int rank, int l
   }
   return true;
 }
+// The grid's meeting where a warp reads several units (GU, NOTES.md v86): every rank, rank 0 too, stored each
+// unit's sums in its slot of `part` at the unit's end; after the barrier rank 0's warps take their units' Z
+// slots back (all asked for before the first is added: one L2 round trip) and add them in rank order, the sums
+// of ks_meet_grid bit for bit.
+__device__ __forceinline__ void ks_unit_sums(const float* part, int Z, int lane, float (&acc)[4]) {
+  const float4* slot = reinterpret_cast<const float4*>(part) + lane;  // rank r's: slot + r * 32
+  float4 v[kKsGridMaxZ];
+#pragma unroll
+  for (int r = 0; r < kKsGridMaxZ; ++r) {
+    if (r < Z) v[r] = __ldcg(slot + r * 32);
+  }
+  acc[0] = v[0].x; acc[1] = v[0].y; acc[2] = v[0].z; acc[3] = v[0].w;
+#pragma unroll
+  for (int r = 1; r < kKsGridMaxZ; ++r) {
+    if (r < Z) {
+      acc[0] += v[r].x; acc[1] += v[r].y; acc[2] += v[r].z; acc[3] += v[r].w;
+    }
+  }
+}
 __device__ __forceinline__ void grid_dep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void grid_dep_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 

@@ -239,10 +239,10 @@ inline size_t stream_smem_cap() {
 // Raises gemv_stream_kernel<...>'s dynamic shared memory to stream_smem_cap() on the current device,
 // with all of the SM's shared memory as carve-out (else the driver may keep L1 and fit fewer CTAs
 // than stream_ctas_per_sm counts). Once a device and instantiation.
-template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE, bool KS = false, bool GZ = false>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE, bool KS = false, bool GZ = false, bool GU = false>
 cudaError_t stream_attrs() {
   static std::atomic<uint64_t> done{0};
-  return smem_attrs_once(done, gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE, KS, GZ>, stream_smem_cap(), 100);
+  return smem_attrs_once(done, gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE, KS, GZ, GU>, stream_smem_cap(), 100);
 }
 // Resident CTAs per SM of gemv_stream_kernel<T, XT, MOE, MT> with WPC warps and `smem` bytes: registers,
 // shared memory and threads, from the function's attributes (read once) and the current device's
@@ -666,6 +666,7 @@ int ks_groups_a_thread(int nch, int Z, int WPC) {
 struct KsGridPlan {
   int Z = 0, ctas = 0, WPC = 0;  // Z = 0: no plan
   size_t smem = 0, part_bytes = 0;  // part_bytes: the meeting buffer's (GemvArgs::ks_part), Z x 128 floats a unit
+  bool units = false;  // several units a warp (GU, v86)
 };
 // Where the grid takes 8 slices of 16 warps a CTA over the fewest that give 8 (v83, session 56, H200, M = 8,
 // 14336 -> 4096, us, Z = 4 of 8 warps -> Z = 8 of 16): Q4_0 17.65 -> 14.52, Q4_K 18.34 -> 15.81, Q5_K 20.29 ->
@@ -696,24 +697,95 @@ KsGridPlan ks_grid_plan_z(int N, int K, int Z) {
   if (p.WPC > 16 || p.smem > stream_smem_cap() || ks_groups_a_thread<T>(nch, Z, p.WPC) > 8) return {};
   return p;
 }
+// Several units a warp (GU, v86): 16 warps a CTA (or the most whose stages fit beside the records) on every SM
+// Z can take, the Z whose busiest warp reads the fewest chunks (rounds of units x the slice's chunks; ties: fewer
+// slices, less to meet).
+template <int T>
+KsGridPlan ks_grid_plan_units(int N, int K) {
+  using L = FT<T>;
+  constexpr int MT = 8;
+  const int nch = K / L::CE, units = (N + 2 * MT - 1) / (2 * MT);
+  KsGridPlan best;
+  int64_t best_chain = 0;
+  for (int Z : {2, 4, 8}) {
+    if (!ks_slices_fit<T>(nch, Z, knob_ks()) || num_sms() < Z) continue;
+    const size_t recs = stream_recs_end(MT * stream_rec_stride<T, MT>(K / Z), true);
+    const size_t per_warp = 2 * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes);
+    int WPC = 16;
+    while (WPC >= 8 && std::max(recs + WPC * per_warp, one_cta_an_sm_smem()) > stream_smem_cap()) --WPC;
+    if (WPC < 8 || ks_groups_a_thread<T>(nch, Z, WPC) > 8) continue;
+    const int ctas = num_sms() / Z;
+    const int64_t chain = (int64_t)((units + ctas * WPC - 1) / (ctas * WPC)) * (nch / Z);
+    if (best.Z && chain >= best_chain) continue;
+    best_chain = chain;
+    best.Z = Z;
+    best.WPC = WPC;
+    best.ctas = ctas;
+    best.smem = std::max(recs + WPC * per_warp, one_cta_an_sm_smem());
+    best.part_bytes = (size_t)units * Z * kKsSums * 4;
+    best.units = true;
+  }
+  return best;
+}
+// Whether the plain MT-token launch takes M tokens of K on N rows (its records of all of K in each CTA), as
+// launch_stream_dense would choose it; bf16's registers stand for fp16's.
+template <int T>
+bool stream_plain_takes(int N, int K, int M) {
+  const auto takes = [&](auto mt) {
+    constexpr int MT = decltype(mt)::value;
+    const int nch = StreamRecs<T>::chunks(K);
+    return choose_stream<T, __nv_bfloat16, false, MT, false>((N + 2 * MT - 1) / (2 * MT),
+                                                              MT * stream_rec_stride<T, MT>(K),
+                                                              stream_unit_stages<T, false, MT, false, false>(K),
+                                                              MT * nch * (FT<T>::CE / FT<T>::GS)).WPC > 0;
+  };
+  return M <= 2 ? takes(std::integral_constant<int, 2>{}) : M <= 4 ? takes(std::integral_constant<int, 4>{})
+                                                                     : takes(std::integral_constant<int, 8>{});
+}
+// Whether the clusters' K split might take N x K: one unit a warp in at most 16 warps a CTA on num_sms() / Z
+// clusters, its shared memory at that many warps (an upper bound on the clusters granted, so a lower bound
+// on the warps they need). False: no cluster launch can.
+template <int T>
+bool ks_clusters_may_fit(int N, int K) {
+  using L = FT<T>;
+  constexpr int MT = 8;
+  const int nch = K / L::CE, units = (N + 2 * MT - 1) / (2 * MT);
+  for (int Z : {2, 4, 8}) {
+    if (!ks_slices_fit<T>(nch, Z, knob_ks()) || num_sms() < Z) continue;
+    const int WPC = (units + num_sms() / Z - 1) / (num_sms() / Z);
+    const size_t smem = stream_recs_end(MT * stream_rec_stride<T, MT>(K / Z), true) +
+                        (size_t)WPC * (2 * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes) + ks_meet_bytes(Z));
+    if (WPC <= 16 && smem <= stream_smem_cap()) return true;
+  }
+  return false;
+}
 template <int T>
 KsGridPlan ks_grid_plan(int N, int K, int M) {
   const int ks = knob_ks(), kg = knob_ks_grid();
-  if (kg == 0 || ks == 0 || M > 8 || !ks_first<T>(M, N) || (kg < 0 && !ks_grid_auto<T>(N, K))) return {};
-  // ks_grid_deep: 8 slices first (kKsGridMaxZ), each Z's plan computed once
-  static constexpr int order[2][3] = {{2, 4, kKsGridMaxZ}, {kKsGridMaxZ, 2, 4}};
-  for (int Z : order[ks < 0 && ks_grid_deep<T>(K)]) {
-    const KsGridPlan p = ks_grid_plan_z<T>(N, K, Z);
-    if (p.Z && !(ks < 0 && p.WPC < 8 && Z < kKsGridMaxZ)) return p;
+  if (kg == 0 || ks == 0 || M > 8 || M < 2) return {};
+  if (ks_first<T>(M, N) && (kg > 0 || ks_grid_auto<T>(N, K))) {
+    // ks_grid_deep: 8 slices first (kKsGridMaxZ), each Z's plan computed once
+    static constexpr int order[2][3] = {{2, 4, kKsGridMaxZ}, {kKsGridMaxZ, 2, 4}};
+    for (int Z : order[ks < 0 && ks_grid_deep<T>(K)]) {
+      const KsGridPlan p = ks_grid_plan_z<T>(N, K, Z);
+      if (p.Z && !(ks < 0 && p.WPC < 8 && Z < kKsGridMaxZ)) return p;
+    }
   }
-  return {};
+  // several units a warp (v86): where neither one unit a warp (grid or clusters) nor the plain launch takes
+  // the case, which then fell to the 16-row tiles after a prep kernel (Llama-70B's 28672 -> 8192 at M = 2..8,
+  // 0.65-0.92x llama.cpp at M = 2..4; 8192 -> 28672 at M = 8)
+  if (ks_grid_plan_z<T>(N, K, 2).Z || ks_grid_plan_z<T>(N, K, 4).Z || ks_grid_plan_z<T>(N, K, 8).Z ||
+      ks_clusters_may_fit<T>(N, K) || stream_plain_takes<T>(N, K, M))
+    return {};
+  return ks_grid_plan_units<T>(N, K);
 }
 template <int T, typename XT>
 cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   using L = FT<T>;
   constexpr int MT = 8;
   const int ks = knob_ks();
-  if (ks == 0 || a0.M > 8 || !ks_first<T>(a0.M, a0.N)) return cudaErrorNotSupported;
+  const KsGridPlan g = ks_grid_plan<T>(a0.N, a0.K, a0.M);
+  if (ks == 0 || a0.M > 8 || (!g.units && !ks_first<T>(a0.M, a0.N))) return cudaErrorNotSupported;
   const int nch = a0.K / L::CE, units = (a0.N + 2 * MT - 1) / (2 * MT);
   const auto kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true>;
   if (stream_attrs<T, XT, false, MT, false, false, true>() != cudaSuccess) return cudaErrorNotSupported;
@@ -722,11 +794,14 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   // both forms copy their stages by tensor map (NOTES.md v70, v71), encoded once a launch is chosen (a call the
   // split turns away encodes none): no K split where it cannot be
   WeightMap<true> wm;
-  const KsGridPlan g = ks_grid_plan<T>(a0.N, a0.K, a0.M);
-  const auto grid_kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true, true>;
+  const auto gz_kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true, true>;
+  const auto gu_kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true, true, true>;  // v86
+  const auto grid_kernel = g.units ? gu_kernel : gz_kernel;
   if (g.Z && a0.part && a0.part_bytes >= g.part_bytes &&
-      stream_attrs<T, XT, false, MT, false, false, true, true>() == cudaSuccess) {
-    static const bool grid_recorded = stream_kernel_seen(reinterpret_cast<const void*>(grid_kernel), true);
+      (g.units ? stream_attrs<T, XT, false, MT, false, false, true, true, true>()
+               : stream_attrs<T, XT, false, MT, false, false, true, true>()) == cudaSuccess) {
+    static const bool grid_recorded = stream_kernel_seen(reinterpret_cast<const void*>(gz_kernel), true) &&
+                                      stream_kernel_seen(reinterpret_cast<const void*>(gu_kernel), true);
     (void)grid_recorded;
     FastArgs a = a0;
     a.K = a0.K / g.Z;
@@ -743,6 +818,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
                                              follows_stream_kernel(stream), a, wm);
     if (e != cudaErrorNotSupported) return e;
   }
+  if (!ks_first<T>(a0.M, a0.N)) return cudaErrorNotSupported;  // (a plan of several units a warp that did not launch)
   for (int Z : {2, 4, 8}) {
     if (!ks_slices_fit<T>(nch, Z, ks)) continue;
     // H warps a unit (a.split), each reading 1 / H of the slice: where one a unit leaves a CTA fewer than

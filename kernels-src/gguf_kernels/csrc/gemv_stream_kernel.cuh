@@ -110,7 +110,8 @@ constexpr int stream_reg_cap() {
   return RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || MT == 4) && (T == MXFP4 || T == IQ4_XS || T == Q6_K)) ? 128
                                                                                                                 : 96;
 }
-template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool KS = false, bool GZ = false>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool KS = false, bool GZ = false,
+          bool GU = false>
 __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
     gemv_stream_kernel(const FastArgs a,
                        const __grid_constant__ WeightMap<stream_bulk<T, MOE, MT, RAG, ONE, KS>()> wm) {
@@ -140,6 +141,10 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   using FL = FlatLane<T, RAG && FLAT>;
   static_assert(!KS || (MT == 8 && !MOE && !RAG), "K split over a cluster: dense MT = 8");
   static_assert(!GZ || KS, "GZ: the K split over a plain grid");
+  // GU (NOTES.md v86): the grid's warps read several units each (units gw, gw + GW, ...), where one a warp
+  // needs more warps than a wave holds (Llama-70B's 28672 -> 8192 and 8192 -> 28672): each unit's slice sums
+  // go to the meeting buffer at the unit's end, and rank 0 adds and stores them all after the barrier
+  static_assert(!GU || GZ, "GU: the grid's K split, several units a warp");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
   const int RS = stream_rs<T, MT, RAG>(), STAGE = FLAT ? 16 * FSB : RPU * RS;
   const int GR = Prep<T>::gr(1);
@@ -801,7 +806,11 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       }
       if (!KS && emit && (lane & RED) == 0) store_unit();  // KS: one unit a warp, whose slice's sums stay
       }                                                     // in acc for the cluster's epilogue
-      if constexpr (!KS) {
+      if constexpr (GU) {  // (rank 0's too: its warps store other units after the barrier)
+        reinterpret_cast<float4*>(a.part + (size_t)p * gz * kKsSums)[rank * 32 + lane] =
+            make_float4(acc[0], acc[1], acc[2], acc[3]);
+      }
+      if constexpr (!KS || GU) {
 #pragma unroll
         for (float& v : acc) v = 0.f;
       }
@@ -824,6 +833,18 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
           acc[0] += v.x; acc[1] += v.y; acc[2] += v.z; acc[3] += v.w;
         }
       }
+    }
+    if constexpr (GU) {  // rank 0's warps add and store their units, after the grid barrier
+      cooperative_groups::this_grid().sync();
+      if (rank == 0) {
+        for (int u = gw; u < units; u += GW) {
+          ks_unit_sums(a.part + (size_t)u * gz * kKsSums, gz, lane, acc);
+          unit_io(u);
+          store_unit();
+        }
+      }
+      cp_async_wait<0>();
+      return;
     }
     const bool has_unit = gw < units && hw == 0;
     if (gz) {  // rank 0 adds and stores, after the grid barrier (every warp of the grid reaches it)
