@@ -759,8 +759,9 @@ bool ks_clusters_may_fit(int N, int K) {
   }
   return false;
 }
+// The grid's plan for M tokens of N x K by the rules above (Z = 0: none), one unit a warp or several.
 template <int T>
-KsGridPlan ks_grid_plan(int N, int K, int M) {
+KsGridPlan ks_grid_decide(int N, int K, int M) {
   const int ks = knob_ks(), kg = knob_ks_grid();
   if (kg == 0 || ks == 0 || M > 8 || M < 2) return {};
   if (ks_first<T>(M, N) && (kg > 0 || ks_grid_auto<T>(N, K))) {
@@ -778,6 +779,19 @@ KsGridPlan ks_grid_plan(int N, int K, int M) {
       ks_clusters_may_fit<T>(N, K) || stream_plain_takes<T>(N, K, M))
     return {};
   return ks_grid_plan_units<T>(N, K);
+}
+// The plan for a call, asked twice (the binding sizes the meeting buffer, the launch takes the plan): the last
+// case's answer kept a thread, since v86's checks (the plain launch's choice among them) are not free.
+template <int T>
+KsGridPlan ks_grid_plan(int N, int K, int M) {
+  thread_local int key[4] = {-1, 0, 0, 0};
+  thread_local KsGridPlan plan;
+  const int dev = current_device();
+  if (key[0] != dev || key[1] != N || key[2] != K || key[3] != M) {
+    plan = ks_grid_decide<T>(N, K, M);
+    key[0] = dev; key[1] = N; key[2] = K; key[3] = M;
+  }
+  return plan;
 }
 template <int T, typename XT>
 cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
