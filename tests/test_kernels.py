@@ -238,8 +238,9 @@ def test_matmul_stream_ks_units_cases(name, rng):
     """8191 -> 8192 at M = 3, 5 and 8 (bf16; M = 8 fp16 too): under a 120 KB shared-memory cap
     (test_matmul_stream_ks_units runs them so) neither the plain launch nor a K split of one unit a warp takes
     them for Q4_K, Q5_K, Q8_0, MXFP4 and IQ4_XS at M = 5..8 (and Q4_K, Q5_K, Q8_0 at M = 3), and the grid's
-    warps read two units each, the last unit a row short (v86); Q4_0 keeps a 4-slice grid of one unit a warp.
-    Without the cap: the launches the full shared memory gives."""
+    warps read two units each, the last unit a row short (v86); Q4_0 there takes the grid of one unit a warp
+    in 4 slices, which its rule (from K = 12288) would not, where it fell to the 16-row tiles before. Without
+    the cap: the launches the full shared memory gives."""
     for M in (3, 5, 8):
         check_matmul(name, M, 8191, 8192, rng)
     check_matmul(name, 8, 8191, 8192, rng, torch.float16)

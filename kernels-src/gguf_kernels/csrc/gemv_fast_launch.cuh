@@ -772,12 +772,14 @@ KsGridPlan ks_grid_decide(int N, int K, int M) {
       if (p.Z && !(ks < 0 && p.WPC < 8 && Z < kKsGridMaxZ)) return p;
     }
   }
-  // several units a warp (v86): where neither one unit a warp (grid or clusters) nor the plain launch takes
-  // the case, which then fell to the 16-row tiles after a prep kernel (Llama-70B's 28672 -> 8192 at M = 2..8,
-  // 0.65-0.92x llama.cpp at M = 2..4; 8192 -> 28672 at M = 8)
-  if (ks_grid_plan_z<T>(N, K, 2).Z || ks_grid_plan_z<T>(N, K, 4).Z || ks_grid_plan_z<T>(N, K, 8).Z ||
-      ks_clusters_may_fit<T>(N, K) || stream_plain_takes<T>(N, K, M))
-    return {};
+  // where no cluster launch can take the case and the plain launch declines, which then fell to the 16-row
+  // tiles after a prep kernel (Llama-70B's 28672 -> 8192 at M = 2..8, 0.65-0.92x llama.cpp at M = 2..4; 8192 ->
+  // 28672 at M = 8): the grid anyway, one unit a warp where that fits (the fewest slices), else several (v86)
+  if (ks_clusters_may_fit<T>(N, K) || stream_plain_takes<T>(N, K, M)) return {};
+  for (int Z : {2, 4, 8}) {
+    const KsGridPlan p = ks_grid_plan_z<T>(N, K, Z);
+    if (p.Z) return p;
+  }
   return ks_grid_plan_units<T>(N, K);
 }
 // The plan for a call, asked twice (the binding sizes the meeting buffer, the launch takes the plan): the last
@@ -798,8 +800,8 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   using L = FT<T>;
   constexpr int MT = 8;
   const int ks = knob_ks();
-  const KsGridPlan g = ks_grid_plan<T>(a0.N, a0.K, a0.M);
-  if (ks == 0 || a0.M > 8 || (!g.units && !ks_first<T>(a0.M, a0.N))) return cudaErrorNotSupported;
+  const KsGridPlan g = ks_grid_plan<T>(a0.N, a0.K, a0.M);  // (past ks_first only where nothing else takes M)
+  if (ks == 0 || a0.M > 8 || (!g.Z && !ks_first<T>(a0.M, a0.N))) return cudaErrorNotSupported;
   const int nch = a0.K / L::CE, units = (a0.N + 2 * MT - 1) / (2 * MT);
   const auto kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true>;
   if (stream_attrs<T, XT, false, MT, false, false, true>() != cudaSuccess) return cudaErrorNotSupported;
@@ -832,7 +834,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
                                              follows_stream_kernel(stream), a, wm);
     if (e != cudaErrorNotSupported) return e;
   }
-  if (!ks_first<T>(a0.M, a0.N)) return cudaErrorNotSupported;  // (a plan of several units a warp that did not launch)
+  if (!ks_first<T>(a0.M, a0.N)) return cudaErrorNotSupported;  // (a grid plan past ks_first that did not launch)
   for (int Z : {2, 4, 8}) {
     if (!ks_slices_fit<T>(nch, Z, ks)) continue;
     // H warps a unit (a.split), each reading 1 / H of the slice: where one a unit leaves a CTA fewer than
