@@ -635,6 +635,12 @@ inline int knob_ks_grid() {
   static const int v = env_knob("GGUF_KERNELS_FAST_KS_GRID", -1);
   return v;
 }
+// 0: where no cluster launch can take M tokens, the grid even where the plain launch would (A/B timing of
+// the v86 rule's second half)
+inline bool knob_ks_plain() {
+  static const bool v = env_knob("GGUF_KERNELS_FAST_KS_PLAIN", 1) != 0;
+  return v;
+}
 // Where the grid is taken by default (v56, H200, M = 3..8 against clusters in one call): Q4_K and Q5_K
 // from K = 8192 (-0.2 to -0.7 us there, -1.7 to -2.3 at 14336 -> 4096, where clusters of 4 sit 30 to
 // the GPU and leave 9 warps a CTA); Q6_K from K = 12288 (-2.5 to -3.0 us; +0.5 to +1.6 at 8192). Since its
@@ -775,7 +781,7 @@ KsGridPlan ks_grid_decide(int N, int K, int M) {
   // where no cluster launch can take the case and the plain launch declines, which then fell to the 16-row
   // tiles after a prep kernel (Llama-70B's 28672 -> 8192 at M = 2..8, 0.65-0.92x llama.cpp at M = 2..4; 8192 ->
   // 28672 at M = 8): the grid anyway, one unit a warp where that fits (the fewest slices), else several (v86)
-  if (ks_clusters_may_fit<T>(N, K) || stream_plain_takes<T>(N, K, M)) return {};
+  if (ks_clusters_may_fit<T>(N, K) || (knob_ks_plain() && stream_plain_takes<T>(N, K, M))) return {};
   for (int Z : {2, 4, 8}) {
     const KsGridPlan p = ks_grid_plan_z<T>(N, K, Z);
     if (p.Z) return p;
