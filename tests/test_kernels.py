@@ -252,7 +252,7 @@ def test_matmul_stream_ks_units(rng):
     buffer, rank 0 adds them after the barrier), where the plain launch's 4 tokens' records of K do not fit a
     CTA and one unit a warp does not fit a wave; then, in a child with GGUF_KERNELS_FAST_SMEM_KB=120, the
     smaller cases of test_matmul_stream_ks_units_cases."""
-    for M in (2, 4):  # M = 2: the plain launch's case, the grid's under GGUF_KERNELS_FAST_KS_PLAIN=0
+    for M in (2, 4):  # M = 2: the grid since v87 (the plain launch under GGUF_KERNELS_FAST_KS_PLAIN=1)
         check_matmul("Q4_K", M, 8191, 28672, rng)
     run_child({"GGUF_KERNELS_FAST_SMEM_KB": "120"}, f"{__file__}::test_matmul_stream_ks_units_cases", "", "6 passed")
 

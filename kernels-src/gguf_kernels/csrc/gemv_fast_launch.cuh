@@ -635,10 +635,10 @@ inline int knob_ks_grid() {
   static const int v = env_knob("GGUF_KERNELS_FAST_KS_GRID", -1);
   return v;
 }
-// 0: where no cluster launch can take M tokens, the grid even where the plain launch would (A/B timing of
-// the v86 rule's second half)
-inline bool knob_ks_plain() {
-  static const bool v = env_knob("GGUF_KERNELS_FAST_KS_PLAIN", 1) != 0;
+// Where no cluster launch can take M tokens, whether the grid of v86 goes before the plain launch:
+// GGUF_KERNELS_FAST_KS_PLAIN=1 never (the plain launch keeps every case it takes), 0 always, else ks_units_first.
+inline int knob_ks_plain() {
+  static const int v = env_knob("GGUF_KERNELS_FAST_KS_PLAIN", -1);
   return v;
 }
 // Where the grid is taken by default (v56, H200, M = 3..8 against clusters in one call): Q4_K and Q5_K
@@ -654,6 +654,16 @@ template <int T>
 constexpr bool ks_grid_auto(int N, int K) {
   return ((T == Q4_K || T == Q5_K) && (K >= 12288 || (K >= 8192 && N >= 4096))) ||
          ((T == Q6_K || T == Q4_0 || T == MXFP4 || T == IQ4_XS) && K >= 12288);
+}
+// v87 (H200, one build, the grid against the plain launch where no cluster launch fits): the grid, padded to
+// 8 tokens, takes the same time at M = 2..4, while the plain launch's grows with M. At M = 3, 4 the grid wins
+// on 8192 -> 28672 and 4096 -> 128256 by 4-26 us (5-27%) except for Q4_0 and Q8_0 (+1.5-14 us); at M = 2 it
+// wins for MXFP4 and IQ4_XS there (-0.9 to -6.5 us), and for Q4_0 and Q4_K only at 28672 -> 8192 (-5.3,
+// -6.5), where the plain launch holds 2 tokens' records of K = 28672 (it loses 6.5-17 us at the smaller K).
+template <int T>
+constexpr bool ks_units_first(int K, int M) {
+  if (M >= 3) return T != Q4_0 && T != Q8_0;
+  return T == MXFP4 || T == IQ4_XS || ((T == Q4_0 || T == Q4_K) && K >= 16384);
 }
 // Whether K's nch chunks split into Z slices (the knob ks > 0 forcing Z = ks): slices of whole chunks,
 // starting 16-byte aligned in every row (Q6_K: 4-byte, its stages' copies start at the 16-byte boundary
@@ -780,8 +790,11 @@ KsGridPlan ks_grid_decide(int N, int K, int M) {
   }
   // where no cluster launch can take the case and the plain launch declines, which then fell to the 16-row
   // tiles after a prep kernel (Llama-70B's 28672 -> 8192 at M = 2..8, 0.65-0.92x llama.cpp at M = 2..4; 8192 ->
-  // 28672 at M = 8): the grid anyway, one unit a warp where that fits (the fewest slices), else several (v86)
-  if (ks_clusters_may_fit<T>(N, K) || (knob_ks_plain() && stream_plain_takes<T>(N, K, M))) return {};
+  // 28672 at M = 8): the grid anyway, one unit a warp where that fits (the fewest slices), else several (v86);
+  // and before the plain launch where the grid wins (v87)
+  const int kp = knob_ks_plain();
+  const bool grid_first = kp == 0 || (kp < 0 && ks_units_first<T>(K, M));
+  if (ks_clusters_may_fit<T>(N, K) || (!grid_first && stream_plain_takes<T>(N, K, M))) return {};
   for (int Z : {2, 4, 8}) {
     const KsGridPlan p = ks_grid_plan_z<T>(N, K, Z);
     if (p.Z) return p;
