@@ -658,10 +658,13 @@ constexpr bool ks_grid_auto(int N, int K) {
 // v87 (H200, one build, the grid against the plain launch where no cluster launch fits): the grid, padded to
 // 8 tokens, takes the same time at M = 2..4, while the plain launch's grows with M. At M = 3, 4 the grid wins
 // on 8192 -> 28672 and 4096 -> 128256 by 4-26 us (5-27%) except for Q4_0 and Q8_0 (+1.5-14 us); at M = 2 it
-// wins for MXFP4 and IQ4_XS there (-0.9 to -6.5 us), and for Q4_0 and Q4_K only at 28672 -> 8192 (-5.3,
+// wins for MXFP4 and IQ4_XS on all three (-0.9 to -7.9 us), and for Q4_0 and Q4_K only at 28672 -> 8192 (-5.3,
 // -6.5), where the plain launch holds 2 tokens' records of K = 28672 (it loses 6.5-17 us at the smaller K).
+// Only on weights of 2^27 elements and more: the shapes measured hold 235-525 M; below, the grid's fixed costs
+// (its barrier, 8 tokens' work) against the plain launch are unmeasured (Q6_K 4096 -> 14336, 3584 -> 18944).
 template <int T>
-constexpr bool ks_units_first(int K, int M) {
+constexpr bool ks_units_first(int N, int K, int M) {
+  if ((long long)N * K < (1LL << 27)) return false;
   if (M >= 3) return T != Q4_0 && T != Q8_0;
   return T == MXFP4 || T == IQ4_XS || ((T == Q4_0 || T == Q4_K) && K >= 16384);
 }
@@ -793,7 +796,7 @@ KsGridPlan ks_grid_decide(int N, int K, int M) {
   // 28672 at M = 8): the grid anyway, one unit a warp where that fits (the fewest slices), else several (v86);
   // and before the plain launch where the grid wins (v87)
   const int kp = knob_ks_plain();
-  const bool grid_first = kp == 0 || (kp < 0 && ks_units_first<T>(K, M));
+  const bool grid_first = kp == 0 || (kp < 0 && ks_units_first<T>(N, K, M));
   if (ks_clusters_may_fit<T>(N, K) || (!grid_first && stream_plain_takes<T>(N, K, M))) return {};
   for (int Z : {2, 4, 8}) {
     const KsGridPlan p = ks_grid_plan_z<T>(N, K, Z);
