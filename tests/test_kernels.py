@@ -257,6 +257,19 @@ def test_matmul_stream_ks_units(rng):
     run_child({"GGUF_KERNELS_FAST_SMEM_KB": "120"}, f"{__file__}::test_matmul_stream_ks_units_cases", "", "6 passed")
 
 
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q5_K", "Q8_0", "IQ4_XS", "MXFP4"])
+def test_matmul_stream_ks_take(name, rng):
+    """M = 3, 4 on Qwen2.5-7B's and Qwen3-14B's down projections (18944 -> 3583, the last unit a row short;
+    17408 -> 5120), whose tokens' records of K the plain launch declines and where ks_first tries no cluster
+    launch (too many units an SM) or none keeps 8 warps a CTA: the grid (v88), one unit a warp or several, with
+    fewer than 8 warps a CTA where 8 tokens' records of half of K leave no room for more (Q4_0 and Q8_0 at K =
+    18944, MXFP4 and IQ4_XS at 17408), where they fell to the 16-row tiles before. (MXFP4 and IQ4_XS at K =
+    18944, 37 chunks of 512, have no K split and keep the tiles, as Q4_K does there: its records of half of K
+    exceed the shared memory.)"""
+    check_matmul(name, 3, 3583, 18944, rng)
+    check_matmul(name, 4, 5120, 17408, rng)
+
+
 def test_matmul_ks_two_streams(rng):
     """M = 8 matmuls of the K split (14336 -> 4095: four slices; Q4_K: over the grid) on two streams at once, each stream's
     calls back to back: every output matches its reference (each call's meeting buffer is its own)."""

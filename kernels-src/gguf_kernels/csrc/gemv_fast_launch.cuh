@@ -716,11 +716,11 @@ KsGridPlan ks_grid_plan_z(int N, int K, int Z) {
   if (p.WPC > 16 || p.smem > stream_smem_cap() || ks_groups_a_thread<T>(nch, Z, p.WPC) > 8) return {};
   return p;
 }
-// Several units a warp (GU, v86): 16 warps a CTA (or the most whose stages fit beside the records) on every SM
-// Z can take, the Z whose busiest warp reads the fewest chunks (rounds of units x the slice's chunks; ties: fewer
-// slices, less to meet).
+// Several units a warp (GU, v86): 16 warps a CTA (or the most whose stages fit beside the records, at least
+// min_wpc) on every SM Z can take, the Z whose busiest warp reads the fewest chunks (rounds of units x the slice's
+// chunks; ties: fewer slices, less to meet); each thread building at most max_groups groups of records.
 template <int T>
-KsGridPlan ks_grid_plan_units(int N, int K) {
+KsGridPlan ks_grid_plan_units(int N, int K, int min_wpc, int max_groups) {
   using L = FT<T>;
   constexpr int MT = 8;
   const int nch = K / L::CE, units = (N + 2 * MT - 1) / (2 * MT);
@@ -731,8 +731,8 @@ KsGridPlan ks_grid_plan_units(int N, int K) {
     const size_t recs = stream_recs_end(MT * stream_rec_stride<T, MT>(K / Z), true);
     const size_t per_warp = 2 * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes);
     int WPC = 16;
-    while (WPC >= 8 && std::max(recs + WPC * per_warp, one_cta_an_sm_smem()) > stream_smem_cap()) --WPC;
-    if (WPC < 8 || ks_groups_a_thread<T>(nch, Z, WPC) > 8) continue;
+    while (WPC >= min_wpc && std::max(recs + WPC * per_warp, one_cta_an_sm_smem()) > stream_smem_cap()) --WPC;
+    if (WPC < min_wpc || ks_groups_a_thread<T>(nch, Z, WPC) > max_groups) continue;
     const int ctas = num_sms() / Z;
     const int64_t chain = (int64_t)((units + ctas * WPC - 1) / (ctas * WPC)) * (nch / Z);
     if (best.Z && chain >= best_chain) continue;
@@ -761,20 +761,27 @@ bool stream_plain_takes(int N, int K, int M) {
   return M <= 2 ? takes(std::integral_constant<int, 2>{}) : M <= 4 ? takes(std::integral_constant<int, 4>{})
                                                                      : takes(std::integral_constant<int, 8>{});
 }
-// Whether the clusters' K split might take N x K: one unit a warp in at most 16 warps a CTA on num_sms() / Z
-// clusters, its shared memory at that many warps (an upper bound on the clusters granted, so a lower bound
-// on the warps they need). False: no cluster launch can.
+// Whether the clusters' K split may take M tokens of N x K, by launch_stream_ks's rules: past ks_first, a Z and H
+// whose CTAs (H warps a unit on num_sms() / Z clusters, an upper bound on the clusters granted, so a lower bound on
+// the warps they need) fit in 16 warps and the shared memory, with 8 warps or Z = 8 (by default). False: no cluster
+// launch will (v88: ks_first and the 8-warp rule were left out, so M = 3, 4 on 17408 -> 5120, 18944 -> 3584 and
+// 25600 -> 5120, which the plain launch declines, fell to the 16-row tiles).
 template <int T>
-bool ks_clusters_may_fit(int N, int K) {
+bool ks_clusters_may_take(int N, int K, int M) {
   using L = FT<T>;
   constexpr int MT = 8;
-  const int nch = K / L::CE, units = (N + 2 * MT - 1) / (2 * MT);
+  if (!ks_first<T>(M, N)) return false;
+  const int nch = K / L::CE, units = (N + 2 * MT - 1) / (2 * MT), ks = knob_ks();
   for (int Z : {2, 4, 8}) {
-    if (!ks_slices_fit<T>(nch, Z, knob_ks()) || num_sms() < Z) continue;
-    const int WPC = (units + num_sms() / Z - 1) / (num_sms() / Z);
-    const size_t smem = stream_recs_end(MT * stream_rec_stride<T, MT>(K / Z), true) +
-                        (size_t)WPC * (2 * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes) + ks_meet_bytes(Z));
-    if (WPC <= 16 && smem <= stream_smem_cap()) return true;
+    if (!ks_slices_fit<T>(nch, Z, ks) || num_sms() < Z) continue;
+    const size_t recs = stream_recs_end(MT * stream_rec_stride<T, MT>(K / Z), true);
+    for (int H = 1; H <= ks_max_h<T>(); H *= 2) {
+      const int WPC = H * ((units + num_sms() / Z - 1) / (num_sms() / Z));
+      const size_t smem =
+          recs + (size_t)WPC * (2 * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes) + ks_meet_bytes(Z));
+      if (WPC > 16 || smem > stream_smem_cap()) break;
+      if (ks_groups_a_thread<T>(nch, Z, WPC) <= 8 && !(ks < 0 && WPC < 8 && Z < 8)) return true;
+    }
   }
   return false;
 }
@@ -797,12 +804,18 @@ KsGridPlan ks_grid_decide(int N, int K, int M) {
   // and before the plain launch where the grid wins (v87)
   const int kp = knob_ks_plain();
   const bool grid_first = kp == 0 || (kp < 0 && ks_units_first<T>(N, K, M));
-  if (ks_clusters_may_fit<T>(N, K) || (!grid_first && stream_plain_takes<T>(N, K, M))) return {};
+  if (ks_clusters_may_take<T>(N, K, M) || (!grid_first && stream_plain_takes<T>(N, K, M))) return {};
   for (int Z : {2, 4, 8}) {
     const KsGridPlan p = ks_grid_plan_z<T>(N, K, Z);
     if (p.Z) return p;
   }
-  return ks_grid_plan_units<T>(N, K);
+  const KsGridPlan u = ks_grid_plan_units<T>(N, K, 8, 8);
+  // v88: where 8 tokens' records of a slice leave no room for 8 warps (two slices at most: MXFP4 and IQ4_XS on
+  // 17408 -> 5120, 34 chunks of 512), down to 5 warps, each thread building more groups of records, against the
+  // 16-row tiles after a prep kernel (H200, M = 3, 4, 8, us, tiles / grid: MXFP4 46.8-58.7 / 32.1-37.0, IQ4_XS
+  // 51.9-61.0 / 40.5-45.2). Fewer lost: 18944 -> 3584 at 3 warps (Q4_0) 27.0-27.2 / 55.4-64.4, at 2 (Q8_0)
+  // 38.6-44.8 / 62.0-75.4.
+  return u.Z ? u : ks_grid_plan_units<T>(N, K, 5, 1 << 20);
 }
 // The plan for a call, asked twice (the binding sizes the meeting buffer, the launch takes the plan): the last
 // case's answer kept a thread, since v86's checks (the plain launch's choice among them) are not free.
