@@ -659,14 +659,17 @@ constexpr bool ks_grid_auto(int N, int K) {
 // 8 tokens, takes the same time at M = 2..4, while the plain launch's grows with M. At M = 3, 4 the grid wins
 // on 8192 -> 28672 and 4096 -> 128256 by 4-26 us (5-27%) except for Q4_0 and Q8_0 (+1.5-14 us); at M = 2 it
 // wins for MXFP4 and IQ4_XS on all three (-0.9 to -7.9 us), and for Q4_0 and Q4_K only at 28672 -> 8192 (-5.3,
-// -6.5), where the plain launch holds 2 tokens' records of K = 28672 (it loses 6.5-17 us at the smaller K).
-// Only on weights of 2^27 elements and more: the shapes measured hold 235-525 M; below, the grid's fixed costs
-// (its barrier, 8 tokens' work) against the plain launch are unmeasured (Q6_K 4096 -> 14336, 3584 -> 18944).
+// -6.5), where the plain launch holds 2 tokens' records of K = 28672 (it loses 6.5-17 us at the smaller K); Q4_0
+// only from N = 8192 (v88 sent Qwen2.5-32B's down projection, 27648 -> 5120, here: +1.4 us at M = 2).
+// Only on weights of 2^27 elements and more: the shapes measured hold 141-525 M. Below, the grid won as often
+// where no cluster launch fitted (session 59, 58-131 M: 3584 -> 18944, 5120 -> 17408, 5120 -> 25600 and Q6_K
+// 4096 -> 14336, M = 3, 4, -0.4 to -16 us), but since v88 the rule would also reach shapes where clusters fit
+// and ks_first turns them away (4096 -> 14336 at M = 3, 4), unmeasured.
 template <int T>
 constexpr bool ks_units_first(int N, int K, int M) {
   if ((long long)N * K < (1LL << 27)) return false;
   if (M >= 3) return T != Q4_0 && T != Q8_0;
-  return T == MXFP4 || T == IQ4_XS || ((T == Q4_0 || T == Q4_K) && K >= 16384);
+  return T == MXFP4 || T == IQ4_XS || (K >= 16384 && (T == Q4_K || (T == Q4_0 && N >= 8192)));
 }
 // Whether K's nch chunks split into Z slices (the knob ks > 0 forcing Z = ks): slices of whole chunks,
 // starting 16-byte aligned in every row (Q6_K: 4-byte, its stages' copies start at the 16-byte boundary
