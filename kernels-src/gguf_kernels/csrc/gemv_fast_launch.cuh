@@ -659,17 +659,21 @@ constexpr bool ks_grid_auto(int N, int K) {
 // 8 tokens, takes the same time at M = 2..4, while the plain launch's grows with M. At M = 3, 4 the grid wins
 // on 8192 -> 28672 and 4096 -> 128256 by 4-26 us (5-27%) except for Q4_0 and Q8_0 (+1.5-14 us); at M = 2 it
 // wins for MXFP4 and IQ4_XS on all three (-0.9 to -7.9 us), and for Q4_0 and Q4_K only at 28672 -> 8192 (-5.3,
-// -6.5), where the plain launch holds 2 tokens' records of K = 28672 (it loses 6.5-17 us at the smaller K); Q4_0
-// only from N = 8192 (v88 sent Qwen2.5-32B's down projection, 27648 -> 5120, here: +1.4 us at M = 2).
-// Only on weights of 2^27 elements and more: the shapes measured hold 141-525 M. Below, the grid won as often
-// where no cluster launch fitted (session 59, 58-131 M: 3584 -> 18944, 5120 -> 17408, 5120 -> 25600 and Q6_K
-// 4096 -> 14336, M = 3, 4, -0.4 to -16 us), but since v88 the rule would also reach shapes where clusters fit
-// and ks_first turns them away (4096 -> 14336 at M = 3, 4), unmeasured.
+// -6.5), where the plain launch holds 2 tokens' records of K = 28672 (it loses 6.5-17 us at the smaller K). Session
+// 59, same knob, 25-131 M elements: at M = 3, 4 the grid won for Q4_K and Q5_K from 3584 -> 18944 (68 M) by 3.1-16.7
+// us and lost or tied below (Q4_K 4096 -> 14336 +0.9 / +0.1, 2560 -> 9728 +2.1 / +1.9), so from 2^26 elements
+// (8192 -> 8192 itself unmeasured); at M = 2 MXFP4 and IQ4_XS won on 5120 -> 17408 (-6.1 / -8.8) and lost on 4096 ->
+// 14336 (+1.2 / +1.6); Q4_K and Q5_K won on 25600 -> 5120 (-15.0 / -16.9), not on 17408 -> 5120 (the grid's M = 3
+// time, 23.3 / 27.7 us, against the plain launch's 22.4 / 27.4 at M = 2), so from K = 24576; Q4_0 only from N = 8192
+// (27648 -> 5120: +1.4). Not at M = 5..8, which none of this measured: the plain MT = 8 launch can beat the grid's
+// M = 3, 4 time there (Q6_K 4096 -> 128256: 151 us at M = 8 in session 56's table, the grid 171). Measured, not
+// taken: Q6_K 4096 -> 14336 at M = 3, 4 (59 M), -6.6 / -7.2.
 template <int T>
 constexpr bool ks_units_first(int N, int K, int M) {
-  if ((long long)N * K < (1LL << 27)) return false;
+  const long long n = (long long)N * K;
+  if (M > 4 || n <= (1LL << 26)) return false;
   if (M >= 3) return T != Q4_0 && T != Q8_0;
-  return T == MXFP4 || T == IQ4_XS || (K >= 16384 && (T == Q4_K || (T == Q4_0 && N >= 8192)));
+  return T == MXFP4 || T == IQ4_XS || (K >= 24576 && (T == Q4_K || T == Q5_K || (T == Q4_0 && N >= 8192)));
 }
 // Whether K's nch chunks split into Z slices (the knob ks > 0 forcing Z = ks): slices of whole chunks,
 // starting 16-byte aligned in every row (Q6_K: 4-byte, its stages' copies start at the 16-byte boundary
@@ -807,18 +811,21 @@ KsGridPlan ks_grid_decide(int N, int K, int M) {
   // and before the plain launch where the grid wins (v87)
   const int kp = knob_ks_plain();
   const bool grid_first = kp == 0 || (kp < 0 && ks_units_first<T>(N, K, M));
-  if (ks_clusters_may_take<T>(N, K, M) || (!grid_first && stream_plain_takes<T>(N, K, M))) return {};
+  if (ks_clusters_may_take<T>(N, K, M)) return {};
+  const bool plain = stream_plain_takes<T>(N, K, M);
+  if (plain && !grid_first) return {};
   for (int Z : {2, 4, 8}) {
     const KsGridPlan p = ks_grid_plan_z<T>(N, K, Z);
     if (p.Z) return p;
   }
   const KsGridPlan u = ks_grid_plan_units<T>(N, K, 8, 8);
+  if (u.Z || plain) return u;
   // v88: where 8 tokens' records of a slice leave no room for 8 warps (two slices at most: MXFP4 and IQ4_XS on
   // 17408 -> 5120, 34 chunks of 512), down to 5 warps, each thread building more groups of records, against the
   // 16-row tiles after a prep kernel (H200, M = 3, 4, 8, us, tiles / grid: MXFP4 46.8-58.7 / 32.1-37.0, IQ4_XS
   // 51.9-61.0 / 40.5-45.2). Fewer lost: 18944 -> 3584 at 3 warps (Q4_0) 27.0-27.2 / 55.4-64.4, at 2 (Q8_0)
-  // 38.6-44.8 / 62.0-75.4.
-  return u.Z ? u : ks_grid_plan_units<T>(N, K, 5, 1 << 20);
+  // 38.6-44.8 / 62.0-75.4. Not before a plain launch that takes the case (MXFP4 17408 -> 5120 at M = 2: 26.0 us).
+  return ks_grid_plan_units<T>(N, K, 5, 1 << 20);
 }
 // The plan for a call, asked twice (the binding sizes the meeting buffer, the launch takes the plan): the last
 // case's answer kept a thread, since v86's checks (the plain launch's choice among them) are not free.
