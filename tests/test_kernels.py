@@ -261,11 +261,10 @@ def test_matmul_stream_ks_units(rng):
 def test_matmul_stream_ks_take(name, rng):
     """M = 3, 4 on Qwen2.5-7B's and Qwen3-14B's down projections (18944 -> 3583, the last unit a row short;
     17408 -> 5120), whose tokens' records of K the plain launch declines and where ks_first tries no cluster
-    launch (too many units an SM) or none keeps 8 warps a CTA: the grid (v88), one unit a warp or several, with
-    fewer than 8 warps a CTA where 8 tokens' records of half of K leave no room for more (Q4_0 and Q8_0 at K =
-    18944, MXFP4 and IQ4_XS at 17408), where they fell to the 16-row tiles before. (MXFP4 and IQ4_XS at K =
-    18944, 37 chunks of 512, have no K split and keep the tiles, as Q4_K does there: its records of half of K
-    exceed the shared memory.)"""
+    launch (too many units an SM) or none keeps 8 warps a CTA: on 17408 the grid (v88), one unit a warp, or for
+    MXFP4 and IQ4_XS (34 chunks of 512, two slices at most) several units on 5 warps a CTA, where they fell to the
+    16-row tiles before. On 18944 (74 chunks of 256, 37 of 512) 8 tokens' records of half of K leave room for
+    fewer than 5 warps, and the tiles take them still."""
     check_matmul(name, 3, 3583, 18944, rng)
     check_matmul(name, 4, 5120, 17408, rng)
 
