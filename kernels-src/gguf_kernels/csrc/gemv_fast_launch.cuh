@@ -771,8 +771,8 @@ bool stream_plain_takes(int N, int K, int M) {
 // Whether the clusters' K split may take M tokens of N x K, by launch_stream_ks's rules: past ks_first, a Z and H
 // whose CTAs (H warps a unit on num_sms() / Z clusters, an upper bound on the clusters granted, so a lower bound on
 // the warps they need) fit in 16 warps and the shared memory, with 8 warps or Z = 8 (by default). False: no cluster
-// launch will (v88: ks_first and the 8-warp rule were left out, so M = 3, 4 on 17408 -> 5120, 18944 -> 3584 and
-// 25600 -> 5120, which the plain launch declines, fell to the 16-row tiles).
+// launch will (v88: ks_first and the 8-warp rule were left out, so M = 3, 4 on 17408 -> 5120 and 25600 -> 5120,
+// which the plain launch declines, fell to the 16-row tiles although a grid plan fits).
 template <int T>
 bool ks_clusters_may_take(int N, int K, int M) {
   using L = FT<T>;
