@@ -768,6 +768,21 @@ bool stream_plain_takes(int N, int K, int M) {
   return M <= 2 ? takes(std::integral_constant<int, 2>{}) : M <= 4 ? takes(std::integral_constant<int, 4>{})
                                                                      : takes(std::integral_constant<int, 8>{});
 }
+// Dynamic shared memory of a CTA of the clusters' K split with WPC warps over slices of K / Z, two stages a
+// warp (the records padded to 128 bytes, each stage buffer's barrier after the meeting's: NOTES.md v71).
+template <int T>
+size_t ks_cluster_smem(int K, int Z, int WPC) {
+  constexpr int MT = 8;
+  return std::max(stream_recs_end(MT * stream_rec_stride<T, MT>(K / Z), true) +
+                      (size_t)WPC * (2 * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes) + ks_meet_bytes(Z)),
+                  one_cta_an_sm_smem());
+}
+// Whether the clusters' K split keeps a launch of WPC warps a CTA: each thread building at most 8 groups of
+// records, and (by default) 8 warps a CTA or Z = 8.
+template <int T>
+bool ks_cluster_keeps(int nch, int Z, int WPC) {
+  return ks_groups_a_thread<T>(nch, Z, WPC) <= 8 && !(knob_ks() < 0 && WPC < 8 && Z < 8);
+}
 // Whether the clusters' K split may take M tokens of N x K, by launch_stream_ks's rules: past ks_first, a Z and H
 // whose CTAs (H warps a unit on num_sms() / Z clusters, an upper bound on the clusters granted, so a lower bound on
 // the warps they need) fit in 16 warps and the shared memory, with 8 warps or Z = 8 (by default). False: no cluster
@@ -778,16 +793,13 @@ bool ks_clusters_may_take(int N, int K, int M) {
   using L = FT<T>;
   constexpr int MT = 8;
   if (!ks_first<T>(M, N)) return false;
-  const int nch = K / L::CE, units = (N + 2 * MT - 1) / (2 * MT), ks = knob_ks();
+  const int nch = K / L::CE, units = (N + 2 * MT - 1) / (2 * MT);
   for (int Z : {2, 4, 8}) {
-    if (!ks_slices_fit<T>(nch, Z, ks) || num_sms() < Z) continue;
-    const size_t recs = stream_recs_end(MT * stream_rec_stride<T, MT>(K / Z), true);
+    if (!ks_slices_fit<T>(nch, Z, knob_ks()) || num_sms() < Z) continue;
     for (int H = 1; H <= ks_max_h<T>(); H *= 2) {
       const int WPC = H * ((units + num_sms() / Z - 1) / (num_sms() / Z));
-      const size_t smem =
-          recs + (size_t)WPC * (2 * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes) + ks_meet_bytes(Z));
-      if (WPC > 16 || smem > stream_smem_cap()) break;
-      if (ks_groups_a_thread<T>(nch, Z, WPC) <= 8 && !(ks < 0 && WPC < 8 && Z < 8)) return true;
+      if (WPC > 16 || ks_cluster_smem<T>(K, Z, WPC) > stream_smem_cap()) break;
+      if (ks_cluster_keeps<T>(nch, Z, WPC)) return true;
     }
   }
   return false;
@@ -887,8 +899,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     // clusters sit 30 to the H200 and 9 warps a CTA (NOTES.md v48)
     FastArgs a = a0;
     a.K = a0.K / Z;
-    a.S = 2;
-    const size_t fixed = stream_recs_end(MT * stream_rec_stride<T, MT>(a.K), true);
+    a.S = 2;  // (ks_cluster_smem's stages)
     for (int H = 1; H <= ks_max_h<T>(); H *= 2) {
       a.split = H;
       int clusters = num_sms() / Z, WPC = 0;
@@ -896,17 +907,14 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       bool fits = false;
       for (int it = 0; it < 4 && clusters > 0 && !fits; ++it) {  // as many clusters as can run at once
         WPC = H * ((units + clusters - 1) / clusters);
-        // (the records padded to 128 bytes, each stage buffer's barrier after the meeting's: NOTES.md v71)
-        smem = std::max(
-            fixed + (size_t)WPC * (a.S * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes) + ks_meet_bytes(Z)),
-            one_cta_an_sm_smem());
+        smem = ks_cluster_smem<T>(a0.K, Z, WPC);
         if (WPC > 16 || smem > stream_smem_cap()) break;
         const int n = active_clusters(kernel, clusters, Z, WPC, smem);
         fits = n >= clusters;
         if (!fits) clusters = n;
       }
       if (!fits) break;  // (more warps a unit only ask for more)
-      if (ks_groups_a_thread<T>(nch, Z, WPC) > 8 || (ks < 0 && WPC < 8 && Z < 8)) continue;
+      if (!ks_cluster_keeps<T>(nch, Z, WPC)) continue;
       const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
       const cudaLaunchAttribute cl = cluster_attr(Z);
       if (!encode_weight_map<T, MT>(a0, wm)) return cudaErrorNotSupported;
