@@ -403,6 +403,39 @@ def test_stream_ragged_rows(name, K, dtype, rng):
         check_moe_with_unroutable(x, packed, ref_dequant(packed, name).double(), ids, name, TOL[dtype])
 
 
+def kernels_launched(fn) -> list[str]:
+    """The names of the CUDA kernels fn() launches (torch.profiler; none where CUPTI is taken, as under
+    compute-sanitizer)."""
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.key for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@pytest.mark.parametrize("M", [1, 2, 3, 8])
+@pytest.mark.parametrize("N, K, stream_ms", [(4096, 5120, (1, 2, 3, 8)), (5120, 5120, (1, 2, 3, 8)), (1024, 5120, (1, 2)),
+                                             (1020, 3584, (1, 2)), (4096, 17408, (1, 2))])
+def test_matmul_q6k_rows_mis(N, K, stream_ms, M, rng):
+    """Q6_K rows that are a multiple of 4 bytes but not of 16 (K a multiple of 512, not of 2048): K = 5120 (Qwen3-14B's
+    hidden size: rows of 4200 bytes, every other one 8 past a 16-byte boundary), 3584 (Qwen2.5-7B's: 2940, 4 past each
+    row further; N = 1020), 17408 (Qwen3-14B's down projection: 34 chunks, ONE's last stage 2 of 4). M = 1 runs ONE,
+    its stages a 1-D bulk copy a row (1024 x 5120: too few units, the ragged row pairs as before); M = 2 the plain
+    MT = 2 launch, each row's pieces from its own 16-byte boundary (17408: 9 groups of records a thread); M = 3, 8
+    the K split where a plan fits and there are as many units as SMs (4096 x 5120: clusters of 2; 5120 x 5120 M = 3:
+    the grid; 1024 x 5120: 64 units, declined; 7 and 34 chunks: no plan). Against gguf-py's dequantization; the
+    launch is the stream kernel's in stream_ms, gemv_mma_kernel's elsewhere (before: gemv_mma_kernel at M >= 2, the
+    ragged row pairs at M = 1)."""
+    packed = random_packed("Q6_K", (N,), K, rng)
+    x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+    out = []
+    names = kernels_launched(lambda: out.append(KMOD.matmul(x, packed, qid("Q6_K"))))
+    err = rel_err(out[0], x.double() @ ref_dequant(packed, "Q6_K").double().T)
+    assert err <= TOL[torch.bfloat16], f"Q6_K M={M} N={N} K={K}: rel err {err:.2e}"
+    if names:
+        assert any("gemv_stream_kernel" in n for n in names) == (M in stream_ms), names
+
+
 @pytest.mark.parametrize("M", [17, 24, 32])
 @pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q6_K", "MXFP4", "Q8_0"])
 def test_matmul_split_k(name, M, rng):

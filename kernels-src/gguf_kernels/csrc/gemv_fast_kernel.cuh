@@ -87,6 +87,25 @@ __device__ __forceinline__ void tensor_copy_2d(uint32_t dst, const CUtensorMap* 
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"((uint32_t)__cvta_generic_to_shared(bar))
       : "memory");
 }
+// Ragged rows' stages (gemv_stream_kernel's BULK forms on Q6_K rows that are not 16-byte multiples): no tensor map
+// spans them (a map's row stride is a multiple of 16 bytes), so each row's stage is one 1-D bulk copy (PTX ISA
+// "cp.async.bulk": 16-byte aligned source, destination and size), its bytes announced on bar before it is issued,
+// and one arrival once all are
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.release.cta.shared::cta.b64 st, [%0];\n}\n" ::"r"(
+                   (uint32_t)__cvta_generic_to_shared(bar))
+               : "memory");
+}
+__device__ __forceinline__ void bulk_copy_1d(uint32_t dst, const uint8_t* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"((uint32_t)__cvta_generic_to_shared(bar))
+               : "memory");
+}
 // v into rank 0's copy of `local` (16-byte aligned), its bytes counted on rank 0's copy of `bar`
 __device__ __forceinline__ void st_async_rank0_v4(float* local, uint64_t* bar, const float (&v)[4]) {
   uint32_t r, b;

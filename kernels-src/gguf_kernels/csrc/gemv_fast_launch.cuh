@@ -91,6 +91,20 @@ bool rows_fit(int K, int64_t row_bytes) {
     return K > 0 && K % L::CE == 0 && row_bytes % 16 == 0 && row_bytes == (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES;
   }
 }
+// Q6_K rows of whole chunks that are a multiple of 4 bytes but not of 16 (K a multiple of 512, not of 2048: Qwen3-14B's
+// 5120 and 17408, Qwen3-32B's 25600, Qwen2.5-7B's 3584 and 18944), which gemv_stream_kernel's MT = 2 forms (ONE at
+// M = 1, the plain launch at M = 2) and its K split take: each row's stage copied from the 16-byte boundary below
+// its own start (mis_row) up to the one above its end, so the weights must start and end on one (no copy reads past
+// them); its chunks start 4-byte aligned in every row, as Q6_K's stages already do (MIS).
+template <int T>
+bool rows_mis(int N, int K, int64_t row_bytes, const void* w) {
+  if constexpr (!FT<T>::MIS) {
+    return false;
+  } else {
+    return K > 0 && K % FT<T>::CE == 0 && row_bytes == (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES &&
+           row_bytes % 16 != 0 && row_bytes % 4 == 0 && (N * row_bytes) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  }
+}
 // Ragged rows gemv_stream_kernel<..., RAG> takes at M = 1 (and MoE pairs): whole blocks, packed, rows and
 // experts starting 4-byte aligned, so its decoders' word alignments stay compile-time constants; MXFP4
 // only rows of 4k + 2 bytes (K = 2880: even rows 4-byte aligned, odd ones 2 bytes past, chunk_ragged),
@@ -239,20 +253,21 @@ inline size_t stream_smem_cap() {
 // Raises gemv_stream_kernel<...>'s dynamic shared memory to stream_smem_cap() on the current device,
 // with all of the SM's shared memory as carve-out (else the driver may keep L1 and fit fewer CTAs
 // than stream_ctas_per_sm counts). Once a device and instantiation.
-template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE, bool KS = false, bool GZ = false, bool GU = false>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE, bool KS = false, bool GZ = false, bool GU = false,
+          bool MR = false>
 cudaError_t stream_attrs() {
   static std::atomic<uint64_t> done{0};
-  return smem_attrs_once(done, gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE, KS, GZ, GU>, stream_smem_cap(), 100);
+  return smem_attrs_once(done, gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE, KS, GZ, GU, MR>, stream_smem_cap(), 100);
 }
 // Resident CTAs per SM of gemv_stream_kernel<T, XT, MOE, MT> with WPC warps and `smem` bytes: registers,
 // shared memory and threads, from the function's attributes (read once) and the current device's
 // (stream_attrs gives the launch the carve-out this count assumes).
-template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool MR = false>
 int stream_ctas_per_sm(int WPC, size_t smem) {
   static int regs = 0;
   const DevProps& sm = dev_props();
   if (!regs) {
-    const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE>;
+    const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE, false, false, false, MR>;
     cudaFuncAttributes fa;
     regs = cudaFuncGetAttributes(&fa, kernel) == cudaSuccess ? std::max(fa.numRegs, 1) : 96;
     cudaGetLastError();
@@ -285,7 +300,7 @@ inline bool knob_split_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_SPLIT");
   return v;
 }
-template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool MR = false>
 StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   const int sms = num_sms();
   const int S = knob_s() ? knob_s() : 2;
@@ -308,7 +323,7 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
     if (knob_w() ? WPC != knob_w()
                  : (WPC == 19 && !M1) || (WPC == 14 && !ONE && !(MOE && MT == 8)) || (WPC == 12 && !R160)) continue;
     const size_t smem = smem_for(WPC);
-    const int n = smem > stream_smem_cap() ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE>(WPC, smem);
+    const int n = smem > stream_smem_cap() ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE, MR>(WPC, smem);
     if (n <= 0) continue;
     const int rounds = (units + n * sms * WPC - 1) / (n * sms * WPC);
     const int64_t work = (int64_t)rounds * WPC * n;
@@ -334,7 +349,7 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
     const size_t smem = smem_for(W) + sizeof(float) * split_slot(MT) * ((units + G - 1) / G);
     const int64_t pw = (items + (int64_t)G * W - 1) / ((int64_t)G * W);
     if ((MT == 2 || MT == 4) && !MOE && !ONE && !knob_split_off() && (few <= 4 || nst >= 8) && nst >= 2 * pw &&
-        smem <= stream_smem_cap() && stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE>(W, smem) * sms >= G) {
+        smem <= stream_smem_cap() && stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE, MR>(W, smem) * sms >= G) {
       best = {W, S, G, smem, 1, pw * W};
       per_warp = pw;
     } else {
@@ -347,15 +362,18 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   }
   if (!best.WPC) return best;
   const int per_thread = (groups + 32 * best.WPC - 1) / (32 * best.WPC);  // records each thread builds
-  if ((!best.split && 2 * units < best_cap && nst > 16) || per_thread > 8 || (per_thread > 4 && per_thread > per_warp))
+  // MR (Q6_K rows that are not 16-byte multiples) up to 12 groups a thread: gemv_mma_kernel is what it declines to
+  constexpr int max_groups = MR ? 12 : 8;
+  if ((!best.split && 2 * units < best_cap && nst > 16) || per_thread > max_groups ||
+      (per_thread > 4 && per_thread > per_warp))
     return StreamChoice{0, 0, 0, 0, 0, 0};
   return best;
 }
 
-template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool MR = false>
 StreamChoice stream_choice(const FastArgs& a, int units, size_t fixed) {
   const int nch = StreamRecs<T>::chunks(a.K), nst = stream_unit_stages<T, MOE, MT, RAG, ONE>(a.K);
-  return choose_stream<T, XT, MOE, MT, RAG, ONE>(units, fixed, nst,
+  return choose_stream<T, XT, MOE, MT, RAG, ONE, MR>(units, fixed, nst,
                                                  (MOE ? a.nx : ONE ? 1 : MT) * nch * (FT<T>::CE / FT<T>::GS));
 }
 // The stream kernels launched so far (as a graph's kernel nodes name their functions): they trigger
@@ -435,9 +453,11 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 // The weights as a 2-D tensor map for the stage copies of gemv_stream_kernel's MT-token form (NOTES.md v70-v72):
 // N rows of row_bytes in elements of stream_map_elem bytes, a box of a unit's 2 MT rows by a stage's stream_rs bytes,
-// rows past N read as zeros. False where it cannot be encoded (the launch then takes no such form).
+// rows past N read as zeros. False where it cannot be encoded (the launch then takes no such form); none is needed
+// for rows_mis, whose stages the kernel copies a row at a time (bulk_copy_1d).
 template <int T, int MT>
 bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm) {
+  if (rows_mis<T>(a.N, a.K, a.row_bytes, a.w)) return true;
   constexpr int E = stream_map_elem<T, MT>();
   const auto encode = tensor_map_encoder();
   if (!encode || a.row_bytes % 16 || reinterpret_cast<uintptr_t>(a.w) % 16) return false;
@@ -449,7 +469,7 @@ bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm) {
                 CU_TENSOR_MAP_SWIZZLE_NONE, map_l2_promotion(), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
          CUDA_SUCCESS;
 }
-template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool MR = false>
 cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   if (!ch.WPC) return cudaErrorNotSupported;
   a.S = ch.S;
@@ -466,11 +486,11 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   // padded to more than half an SM's so that no two share one: the block scheduler places a dependent
   // grid's CTAs on the SMs as the previous kernel's CTAs leave, and it put two on an SM that another
   // kernel's CTA had left early (IQ4_XS 14336 -> 4096 at M = 1: 17.3 -> 27.7 us; NOTES.md v13).
-  const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE>;
+  const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE, false, false, false, MR>;
   const bool pdl = ch.ctas <= num_sms() && follows_stream_kernel(stream);
   static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);  // once a kernel
   (void)recorded;
-  const cudaError_t e = stream_attrs<T, XT, MOE, MT, RAG, ONE>();
+  const cudaError_t e = stream_attrs<T, XT, MOE, MT, RAG, ONE, false, false, false, MR>();
   if (e != cudaSuccess) return e;
   const size_t smem = pdl ? std::max(ch.smem, one_cta_an_sm_smem()) : ch.smem;
   if constexpr (stream_bulk<T, MOE, MT, RAG, ONE, false>()) {  // its stages by tensor map (NOTES.md v72, v73)
@@ -481,9 +501,9 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
     return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a, WeightMap<false>{});
   }
 }
-template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false>
+template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool MR = false>
 cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
-  return launch_choice<T, XT, MOE, MT, RAG, ONE>(a, stream_choice<T, XT, MOE, MT, RAG, ONE>(a, units, fixed), stream);
+  return launch_choice<T, XT, MOE, MT, RAG, ONE, MR>(a, stream_choice<T, XT, MOE, MT, RAG, ONE, MR>(a, units, fixed), stream);
 }
 inline bool knob_one_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_ONE");
@@ -757,6 +777,8 @@ KsGridPlan ks_grid_plan_units(int N, int K, int min_wpc, int max_groups) {
 // launch_stream_dense would choose it; bf16's registers stand for fp16's.
 template <int T>
 bool stream_plain_takes(int N, int K, int M) {
+  // rows_mis: the plain launch's MT = 2 form only (MT = 4 and 8 copy 16-byte pieces at one offset for all rows)
+  if (M > 2 && !rows_fit<T>(K, (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES)) return false;
   const auto takes = [&](auto mt) {
     constexpr int MT = decltype(mt)::value;
     const int nch = StreamRecs<T>::chunks(K);
@@ -852,7 +874,7 @@ KsGridPlan ks_grid_plan(int N, int K, int M) {
   }
   return plan;
 }
-template <int T, typename XT>
+template <int T, typename XT, bool MR = false>
 cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   using L = FT<T>;
   constexpr int MT = 8;
@@ -860,19 +882,19 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
   const KsGridPlan g = ks_grid_plan<T>(a0.N, a0.K, a0.M);  // (past ks_first only where nothing else takes M)
   if (ks == 0 || a0.M > 8 || (!g.Z && !ks_first<T>(a0.M, a0.N))) return cudaErrorNotSupported;
   const int nch = a0.K / L::CE, units = (a0.N + 2 * MT - 1) / (2 * MT);
-  const auto kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true>;
-  if (stream_attrs<T, XT, false, MT, false, false, true>() != cudaSuccess) return cudaErrorNotSupported;
+  const auto kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true, false, false, MR>;
+  if (stream_attrs<T, XT, false, MT, false, false, true, false, false, MR>() != cudaSuccess) return cudaErrorNotSupported;
   static const bool recorded = stream_kernel_seen(reinterpret_cast<const void*>(kernel), true);
   (void)recorded;
   // both forms copy their stages by tensor map (NOTES.md v70, v71), encoded once a launch is chosen (a call the
   // split turns away encodes none): no K split where it cannot be
   WeightMap<true> wm;
-  const auto gz_kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true, true>;
-  const auto gu_kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true, true, true>;  // v86
+  const auto gz_kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true, true, false, MR>;
+  const auto gu_kernel = gemv_stream_kernel<T, XT, false, MT, false, false, true, true, true, MR>;  // v86
   const auto grid_kernel = g.units ? gu_kernel : gz_kernel;
   if (g.Z && a0.part && a0.part_bytes >= g.part_bytes &&
-      (g.units ? stream_attrs<T, XT, false, MT, false, false, true, true, true>()
-               : stream_attrs<T, XT, false, MT, false, false, true, true>()) == cudaSuccess) {
+      (g.units ? stream_attrs<T, XT, false, MT, false, false, true, true, true, MR>()
+               : stream_attrs<T, XT, false, MT, false, false, true, true, false, MR>()) == cudaSuccess) {
     static const bool grid_recorded = stream_kernel_seen(reinterpret_cast<const void*>(gz_kernel), true) &&
                                       stream_kernel_seen(reinterpret_cast<const void*>(gu_kernel), true);
     (void)grid_recorded;
@@ -933,6 +955,22 @@ inline FastArgs fast_args(const GemvArgs& ga, DType xt) {
   a.part = static_cast<float*>(ga.ks_part); a.part_bytes = ga.ks_part_bytes;
   return a;
 }
+// rows_mis (Q6_K rows that are not 16-byte multiples): ONE at M = 1 (its stages a 1-D copy a row), the K split where
+// it takes M tokens, else the plain MT = 2 launch at M = 2; the rest falls to gemv_mma_kernel, as before. The K split
+// not on fewer units (16 rows) than SMs: there its grid of several units a warp, the one plan that fit 5120 -> 1024
+// at M = 4, 8 (64 units), took 15.6 / 16.3 us against gemv_mma_kernel's 9.0 / 9.4 (H200), where it won from 320
+// units (5120 -> 5120 M = 4, 8: 20.1 / 16.4 against 25.1 / 27.4).
+template <int T, typename XT>
+cudaError_t launch_stream_mis(const FastArgs& a, cudaStream_t stream) {
+  if (a.M == 1) {
+    const StreamChoice one = stream_choice<T, XT, false, 2, false, true, true>(a, (a.N + 3) / 4, stream_rec_stride<T, 1>(a.K));
+    return launch_choice<T, XT, false, 2, false, true, true>(a, one, stream);
+  }
+  if (a.M > 2 && (a.N + 15) / 16 < num_sms()) return cudaErrorNotSupported;
+  const cudaError_t e = launch_stream_ks<T, XT, true>(a, stream);
+  if (e != cudaErrorNotSupported || a.M > 2) return e;
+  return launch_stream<T, XT, false, 2, false, false, true>(a, (a.N + 3) / 4, 2 * stream_rec_stride<T, 2>(a.K), stream);
+}
 // gemv_stream_kernel for a dense matmul, no scratch; cudaErrorNotSupported when it does not take the case.
 template <int T>
 cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t stream) {
@@ -941,6 +979,13 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
     return cudaErrorNotSupported;
   const FastArgs a = fast_args(ga, xt);
   if (!rows_fit<T>(ga.K, ga.row_bytes)) {
+    if constexpr (FT<T>::MIS) {
+      if (rows_mis<T>(ga.N, ga.K, ga.row_bytes, ga.w)) {
+        const cudaError_t e = xt == DType::BF16 ? launch_stream_mis<T, __nv_bfloat16>(a, stream)
+                                                : launch_stream_mis<T, __half>(a, stream);
+        if (e != cudaErrorNotSupported) return e;
+      }
+    }
     if constexpr (may_rag<T>()) {
       if (M == 1 && rows_rag<T>(ga.N, ga.K, ga.row_bytes, 0)) return launch_stream_dense<T, 1, true>(a, xt, stream);
     }

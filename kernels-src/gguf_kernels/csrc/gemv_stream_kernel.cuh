@@ -111,7 +111,7 @@ constexpr int stream_reg_cap() {
                                                                                                                 : 96;
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool KS = false, bool GZ = false,
-          bool GU = false>
+          bool GU = false, bool MR = false>
 __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
     gemv_stream_kernel(const FastArgs a,
                        const __grid_constant__ WeightMap<stream_bulk<T, MOE, MT, RAG, ONE, KS>()> wm) {
@@ -145,6 +145,12 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   // needs more warps than a wave holds (Llama-70B's 28672 -> 8192 and 8192 -> 28672): each unit's slice sums
   // go to the meeting buffer at the unit's end, and rank 0 adds and stores them all after the barrier
   static_assert(!GU || GZ, "GU: the grid's K split, several units a warp");
+  // MR: Q6_K rows that are not 16-byte multiples (rows_mis: 4-byte, K = 5120 or 17408 for Qwen3-14B) in the MT = 2
+  // forms (ONE at M = 1, the plain launch at M = 2) and the K split, their own instantiations (in the others' code
+  // the per-row offsets cost M = 2 5% on 16-byte rows): row r of a unit starts (r x row_bytes) & 15 past the first's
+  // alignment, and each row's stage is copied from the 16-byte boundary below its own start (the BULK forms: a 1-D
+  // bulk copy a row, which no tensor map spans), so its chunks sit at its own offset in its slot
+  static_assert(!MR || (FT<T>::MIS && !MOE && !RAG && !FLAT && (KS || MT == 2)), "MR: dense Q6_K, MT = 2 or the K split");
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
   const int RS = stream_rs<T, MT, RAG>(), STAGE = FLAT ? 16 * FSB : RPU * RS;
   const int GR = Prep<T>::gr(1);
@@ -154,6 +160,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, WPC = blockDim.x >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int rho = g / CPS, kap = g % CPS;  // lane's A rows (rho, rho + MT) and chunk; its B token rho
+  // MR: those rows' starts past the unit's 16-byte alignment
+  const int dr = MR ? (int)((rho * a.row_bytes) & 15) : 0, dr8 = MR ? (int)(((rho + MT) * a.row_bytes) & 15) : 0;
   const int N = a.N, K = a.K, S = a.S;
   const int nch = R::chunks(K);
   const int fn = FLAT ? flat_row_items<T, RAG>(K) : 0;  // FLAT: items a row
@@ -288,11 +296,13 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   const uint8_t* iw = wbase();
   int ilast = 0;  // last row of the unit that exists, counted from its first
   const uint8_t* irow = iw;  // the row the lane copies: EXP (RAG, MT = 8) and the MT = 2 form (not ONE)
+  int irm = 0;  // MR, the MT = 2 form: that row's start past the unit's 16-byte alignment
   const auto start_unit = [&]() {
     iw = rows_of(ip);
     ilast = min(RU - 1, N - 1 - RU * (MOE ? ip % hN : ip));  // dense: ip < units = hN
     if constexpr (RAG && MT == 8) irow = iw + (int64_t)slot_row(lane >> 1, ilast) * a.row_bytes;
     else if constexpr (!RAG && MT == 2 && !ONE) irow = iw + (int64_t)min(lane >> 3, ilast) * a.row_bytes;
+    if constexpr (MR && MT == 2 && !ONE) irm = (int)(((int64_t)min(lane >> 3, ilast) * a.row_bytes) & 15);
   };
   // EARLY: the first unit's rows, and the generic copy form's (row, piece) of each copy, computed before the
   // wait (NOTES.md v64); not in the grid K split of Q5_K, MXFP4 and IQ4_XS, 0.7-1.9 us slower with it there
@@ -354,10 +364,23 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
         }
       } else if constexpr (BULK) {  // the unit's RPU rows by NPF pieces from the stage's first (rows past N: zeros)
         if (lane == 0) {
-          constexpr int E = stream_map_elem<T, MT>();
-          mbar_expect_bytes(sbar + st, 16u * NPF * RPU);
-          tensor_copy_2d((uint32_t)__cvta_generic_to_shared(d), &wm.map, (rank * nch * L::CB + b0 - mis) / E, RU * ip,
-                         sbar + st);
+          if constexpr (MR) {  // a 1-D copy a row, from the 16-byte boundary below its stage up to the one above
+                               // its end (the weights end on one); rows past N read the last
+#pragma unroll 1
+            for (int r = 0; r < RPU; ++r) {
+              const uint8_t* sr = iw + (int64_t)min(r, ilast) * a.row_bytes + b0;
+              const int m = (int)(reinterpret_cast<uintptr_t>(sr) & 15);
+              const uint32_t n = (uint32_t)(m + nc * L::CB + 15) & ~15u;
+              mbar_expect_tx(sbar + st, n);
+              bulk_copy_1d((uint32_t)__cvta_generic_to_shared(d + r * RS), sr - m, n, sbar + st);
+            }
+            mbar_arrive(sbar + st);
+          } else {
+            constexpr int E = stream_map_elem<T, MT>();
+            mbar_expect_bytes(sbar + st, 16u * NPF * RPU);
+            tensor_copy_2d((uint32_t)__cvta_generic_to_shared(d), &wm.map, (rank * nch * L::CB + b0 - mis) / E, RU * ip,
+                           sbar + st);
+          }
         }
       } else if constexpr (FLAT && L::MIS) {  // one contiguous run (the other types: the M = 1 form's two)
 #pragma unroll
@@ -391,11 +414,12 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
                                        // h, h + 8, ...: M = 2 -4..-8% against the form below (NOTES.md v19),
                                        // which MT = 4 and 8 keep (their 2-4 lanes a row lost up to 47%)
         const int h = lane & 7;
-        const uint8_t* src = irow + (b0 - mis) + 16 * h;
+        const int mr = MR ? (mis + irm) & 15 : mis, nPr = MR ? (mr + nc * L::CB + 15) / 16 : nP;  // MR: the row's own
+        const uint8_t* src = irow + (b0 - mr) + 16 * h;
         uint8_t* dst = d + (lane >> 3) * RS + 16 * h;
 #pragma unroll
         for (int k = 0; k < (NPF + 7) / 8; ++k)
-          if (h + 8 * k < nP) cp_async16(dst + 128 * k, src + 128 * k);
+          if (h + 8 * k < nPr) cp_async16(dst + 128 * k, src + 128 * k);
       } else {
 #pragma unroll
         for (int k = 0; k < KN; ++k) {
@@ -614,8 +638,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
     const bool live = kap < nch - c0;
     const int ch = c0 + (live ? kap : 0);
     const int mis = L::MIS ? (kph + c0 * L::CB) & 15 : 0;  // where the stage's copy starts before its first chunk
-    const uint8_t* rg = buf + cur * STAGE + rho * RS + mis + (ch - c0) * L::CB;
-    const uint8_t* rg8 = rg + MT * RS;
+    const uint8_t* rg = buf + cur * STAGE + rho * RS + (MR ? (mis + dr) & 15 : mis) + (ch - c0) * L::CB;
+    const uint8_t* rg8 = rg + MT * RS + (MR ? ((mis + dr8) & 15) - ((mis + dr) & 15) : 0);
     if constexpr (FLAT && RAG) {  // A rows g, g + 8 at their items' own offsets
       int r, k, r8, k8;
       FL::slot(s, g, fn, r, k);
