@@ -80,30 +80,35 @@ cudaError_t launch_kernel(K kernel, dim3 grid, dim3 block, size_t smem, cudaStre
   return launch_kernel_with(nullptr, kernel, grid, block, smem, stream, pdl, a...);
 }
 
-// Rows both kernels here take: whole chunks of K, packed, a multiple of 16 bytes long (so every row,
-// and every stage of the stream kernel but Q6_K's, starts 16-byte aligned).
+// Bytes of a row of K elements, whole blocks packed.
 template <int T>
-bool rows_fit(int K, int64_t row_bytes) {
-  using L = FT<T>;
-  if constexpr (!L::OK) {
+constexpr int64_t packed_row_bytes(int K) {
+  return (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES;
+}
+// Rows of whole chunks of K, packed.
+template <int T>
+bool rows_chunked(int K, int64_t row_bytes) {
+  if constexpr (!FT<T>::OK) {
     return false;
   } else {
-    return K > 0 && K % L::CE == 0 && row_bytes % 16 == 0 && row_bytes == (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES;
+    return K > 0 && K % FT<T>::CE == 0 && row_bytes == packed_row_bytes<T>(K);
   }
+}
+// Rows both kernels here take: rows_chunked, a multiple of 16 bytes long (so every row, and every stage of the
+// stream kernel but Q6_K's, starts 16-byte aligned).
+template <int T>
+bool rows_fit(int K, int64_t row_bytes) {
+  return rows_chunked<T>(K, row_bytes) && row_bytes % 16 == 0;
 }
 // Q6_K rows of whole chunks that are a multiple of 4 bytes but not of 16 (K a multiple of 512, not of 2048: Qwen3-14B's
 // 5120 and 17408, Qwen3-32B's 25600, Qwen2.5-7B's 3584 and 18944), which gemv_stream_kernel's MT = 2 forms (ONE at
 // M = 1, the plain launch at M = 2) and its K split take: each row's stage copied from the 16-byte boundary below
-// its own start (mis_row) up to the one above its end, so the weights must start and end on one (no copy reads past
-// them); its chunks start 4-byte aligned in every row, as Q6_K's stages already do (MIS).
+// its own start (the kernel's MR form) up to the one above its end, so the weights must start and end on one (no
+// copy reads past them); its chunks start 4-byte aligned in every row, as Q6_K's stages already do (MIS).
 template <int T>
 bool rows_mis(int N, int K, int64_t row_bytes, const void* w) {
-  if constexpr (!FT<T>::MIS) {
-    return false;
-  } else {
-    return K > 0 && K % FT<T>::CE == 0 && row_bytes == (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES &&
-           row_bytes % 16 != 0 && row_bytes % 4 == 0 && (N * row_bytes) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
-  }
+  return FT<T>::MIS && rows_chunked<T>(K, row_bytes) && row_bytes % 16 != 0 && row_bytes % 4 == 0 &&
+         (N * row_bytes) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 // Ragged rows gemv_stream_kernel<..., RAG> takes at M = 1 (and MoE pairs): whole blocks, packed, rows and
 // experts starting 4-byte aligned, so its decoders' word alignments stay compile-time constants; MXFP4
@@ -119,7 +124,7 @@ bool rows_rag(int N, int K, int64_t row_bytes, int64_t expert_bytes) {
   if constexpr (!may_rag<T>()) {
     return false;
   } else {
-    return N >= 2 && K > 0 && K % Traits<T>::BLOCK == 0 && row_bytes == (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES &&
+    return N >= 2 && K > 0 && K % Traits<T>::BLOCK == 0 && row_bytes == packed_row_bytes<T>(K) &&
            row_bytes % 4 == (T == MXFP4 ? 2 : 0) && expert_bytes % 4 == 0;
   }
 }
@@ -453,11 +458,10 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 // The weights as a 2-D tensor map for the stage copies of gemv_stream_kernel's MT-token form (NOTES.md v70-v72):
 // N rows of row_bytes in elements of stream_map_elem bytes, a box of a unit's 2 MT rows by a stage's stream_rs bytes,
-// rows past N read as zeros. False where it cannot be encoded (the launch then takes no such form); none is needed
-// for rows_mis, whose stages the kernel copies a row at a time (bulk_copy_1d).
+// rows past N read as zeros. False where it cannot be encoded (the launch then takes no such form). The MR forms
+// (rows_mis) copy their stages a row at a time (bulk_copy_1d) and take none.
 template <int T, int MT>
 bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm) {
-  if (rows_mis<T>(a.N, a.K, a.row_bytes, a.w)) return true;
   constexpr int E = stream_map_elem<T, MT>();
   const auto encode = tensor_map_encoder();
   if (!encode || a.row_bytes % 16 || reinterpret_cast<uintptr_t>(a.w) % 16) return false;
@@ -495,7 +499,7 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   const size_t smem = pdl ? std::max(ch.smem, one_cta_an_sm_smem()) : ch.smem;
   if constexpr (stream_bulk<T, MOE, MT, RAG, ONE, false>()) {  // its stages by tensor map (NOTES.md v72, v73)
     WeightMap<true> wm;
-    if (!encode_weight_map<T, MT>(a, wm)) return cudaErrorNotSupported;
+    if (!MR && !encode_weight_map<T, MT>(a, wm)) return cudaErrorNotSupported;
     return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a, wm);
   } else {
     return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a, WeightMap<false>{});
@@ -778,7 +782,7 @@ KsGridPlan ks_grid_plan_units(int N, int K, int min_wpc, int max_groups) {
 template <int T>
 bool stream_plain_takes(int N, int K, int M) {
   // rows_mis: the plain launch's MT = 2 form only (MT = 4 and 8 copy 16-byte pieces at one offset for all rows)
-  if (M > 2 && !rows_fit<T>(K, (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES)) return false;
+  if (M > 2 && !rows_fit<T>(K, packed_row_bytes<T>(K))) return false;
   const auto takes = [&](auto mt) {
     constexpr int MT = decltype(mt)::value;
     const int nch = StreamRecs<T>::chunks(K);
@@ -908,7 +912,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     cudaLaunchAttribute coop = {};
     coop.id = cudaLaunchAttributeCooperative;
     coop.val.cooperative = 1;
-    if (!encode_weight_map<T, MT>(a0, wm)) return cudaErrorNotSupported;
+    if (!MR && !encode_weight_map<T, MT>(a0, wm)) return cudaErrorNotSupported;
     const cudaError_t e = launch_kernel_with(&coop, grid_kernel, dim3(g.ctas * g.Z), dim3(32 * g.WPC), g.smem, stream,
                                              follows_stream_kernel(stream), a, wm);
     if (e != cudaErrorNotSupported) return e;
@@ -939,7 +943,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       if (!ks_cluster_keeps<T>(nch, Z, WPC)) continue;
       const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
       const cudaLaunchAttribute cl = cluster_attr(Z);
-      if (!encode_weight_map<T, MT>(a0, wm)) return cudaErrorNotSupported;
+      if (!MR && !encode_weight_map<T, MT>(a0, wm)) return cudaErrorNotSupported;
       return launch_kernel_with(&cl, kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, a, wm);
     }
   }
