@@ -262,11 +262,56 @@ def test_matmul_stream_ks_take(name, rng):
     """M = 3, 4 on Qwen2.5-7B's and Qwen3-14B's down projections (18944 -> 3583, the last unit a row short;
     17408 -> 5120), whose tokens' records of K the plain launch declines and where ks_first tries no cluster
     launch (too many units an SM) or none keeps 8 warps a CTA: on 17408 the grid (v88), one unit a warp, or for
-    MXFP4 and IQ4_XS (34 chunks of 512, two slices at most) several units on 5 warps a CTA, where they fell to the
-    16-row tiles before. On 18944 (74 chunks of 256, 37 of 512) 8 tokens' records of half of K leave room for
-    fewer than 5 warps, and the tiles take them still."""
-    check_matmul(name, 3, 3583, 18944, rng)
-    check_matmul(name, 4, 5120, 17408, rng)
+    MXFP4 and IQ4_XS (34 chunks of 512) 4 slices of 9, 9, 8 and 8 chunks (v90; before, two slices of several units
+    on 5 warps a CTA). On 18944 (74 chunks of 256, 37 of 512), where 8 tokens' records of half of K leave room for
+    fewer than 5 warps: 8 slices of 10, 10, 9, ... chunks (MXFP4, IQ4_XS: 5, 5, 5, 5, 5, 4, 4, 4), one unit a warp
+    (v90; the 16-row tiles before). The grid's kernel, by torch.profiler where CUPTI is free."""
+    for M, N, K in ((3, 3583, 18944), (4, 5120, 17408)):
+        packed = random_packed(name, (N,), K, rng)
+        x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+        out = []
+        names = kernels_launched(lambda: out.append(KMOD.matmul(x, packed, qid(name))))
+        err = rel_err(out[0], x.double() @ ref_dequant(packed, name).double().T)
+        assert err <= TOL[torch.bfloat16], f"{name} M={M} N={N} K={K}: rel err {err:.2e}"
+        if names:
+            assert any(stream_flags(n).get("GZ") for n in names), names
+
+
+def uneven_on() -> bool:
+    return os.environ.get("GGUF_KERNELS_FAST_KS_UNEVEN") != "0"
+
+
+UNEVEN = [("MXFP4", 25600, 5120, (2, 4, 8)), ("IQ4_XS", 25600, 5120, (2, 8)), ("Q6_K", 17408, 5120, (2, 4)),
+          ("Q6_K", 18944, 3584, (3,)), ("Q6_K", 3584, 18944, (8,)), ("Q4_K", 18944, 3584, (8,))]
+
+
+@pytest.mark.parametrize("name, K, N, ms", UNEVEN)
+def test_matmul_stream_ks_uneven(name, K, N, ms, rng):
+    """The grid K split in slices of unequal chunk counts (v90; ranks below kx one chunk more), where no equal slices
+    leave 8 warps a CTA: Qwen3-32B's down projection (25600 -> 5120: 50 chunks of 512, 4 slices of 13, 13, 12, 12)
+    for MXFP4 and IQ4_XS, at M = 2 before the plain launch (from K = 12288); Q6_K's rows that are not 16-byte
+    multiples (MR: each row's stage a 1-D copy from its own boundary, slices starting 4-byte aligned) in 8 slices of
+    several units a warp (17408: 34 chunks, 5, 5, 4, ...; 18944: 37, 5, 5, 5, 5, 5, 4, 4, 4) and 3584 -> 18944 in 4
+    of 2, 2, 2, 1 (1184 units); Q4_K 18944 -> 3584 in 8 slices of one unit a warp. Against gguf-py's dequantization,
+    fp16 once; the launch is the grid's (GZ), by torch.profiler where CUPTI is free."""
+    packed = random_packed(name, (N,), K, rng)
+    w = ref_dequant(packed, name).double()
+    for M in ms:
+        for dtype in (torch.bfloat16,) + ((torch.float16,) if M == ms[-1] else ()):
+            x = torch.randn(M, K, device=DEV, dtype=dtype)
+            out = []
+            names = kernels_launched(lambda: out.append(KMOD.matmul(x, packed, qid(name))))
+            err = rel_err(out[0], x.double() @ w.T)
+            assert err <= TOL[dtype], f"{name} {dtype} M={M} N={N} K={K}: rel err {err:.2e}"
+            if names:
+                assert any(stream_flags(n).get("GZ") for n in names) == uneven_on(), names
+
+
+def test_matmul_stream_ks_uneven_off():
+    """GGUF_KERNELS_FAST_KS_UNEVEN=0, in a child: test_matmul_stream_ks_uneven's cases on the launches they took
+    before v90 (the plain launch, the 16-row tiles, gemv_mma_kernel; none of them the grid) stay right."""
+    run_child({"GGUF_KERNELS_FAST_KS_UNEVEN": "0"}, f"{__file__}::test_matmul_stream_ks_uneven", "",
+              f"{len(UNEVEN)} passed")
 
 
 def test_matmul_ks_two_streams(rng):
@@ -413,17 +458,29 @@ def kernels_launched(fn) -> list[str]:
     return [e.key for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
+STREAM_ARGS = ("T", "XT", "MOE", "MT", "RAG", "ONE", "KS", "GZ", "GU", "MR")
+
+
+def stream_flags(name: str) -> dict[str, bool]:
+    """gemv_stream_kernel's template arguments in a launched kernel's (demangled) name, as booleans; {} for others."""
+    if "gemv_stream_kernel<" not in name:
+        return {}
+    args = name.split("gemv_stream_kernel<", 1)[1].split(">", 1)[0].split(",")
+    return {k: v.strip() == "true" for k, v in zip(STREAM_ARGS, args)}
+
+
 @pytest.mark.parametrize("M", [1, 2, 3, 8])
 @pytest.mark.parametrize("N, K, stream_ms", [(4096, 5120, (1, 2, 3, 8)), (5120, 5120, (1, 2, 3, 8)), (1024, 5120, (1, 2)),
-                                             (1020, 3584, (1, 2)), (4096, 17408, (1, 2))])
+                                             (1020, 3584, (1, 2)), (4096, 17408, (1, 2, 3, 8))])
 def test_matmul_q6k_rows_mis(N, K, stream_ms, M, rng):
     """Q6_K rows that are a multiple of 4 bytes but not of 16 (K a multiple of 512, not of 2048): K = 5120 (Qwen3-14B's
     hidden size: rows of 4200 bytes, every other one 8 past a 16-byte boundary), 3584 (Qwen2.5-7B's: 2940, 4 past each
     row further; N = 1020), 17408 (Qwen3-14B's down projection: 34 chunks, ONE's last stage 2 of 4). M = 1 runs ONE,
     its stages a 1-D bulk copy a row (1024 x 5120: too few units, the ragged row pairs as before); M = 2 the plain
-    MT = 2 launch, each row's pieces from its own 16-byte boundary (17408: 9 groups of records a thread); M = 3, 8
-    the K split where a plan fits and there are as many units as SMs (4096 x 5120: clusters of 2; 5120 x 5120 M = 3:
-    the grid; 1024 x 5120: 64 units, declined; 7 and 34 chunks: no plan). Against gguf-py's dequantization; the
+    MT = 2 launch, each row's pieces from its own 16-byte boundary; M = 3, 8 the K split where a plan fits and there
+    are as many units as SMs (4096 x 5120: clusters of 2; 5120 x 5120 M = 3: the grid; 1024 x 5120 and 1020 x 3584:
+    64 units, declined). 17408's 34 chunks take the grid in 8 unequal slices at M = 2..8 (v90; before: the plain
+    launch at M = 2 with 9 groups of records a thread, gemv_mma_kernel at M = 3, 8). Against gguf-py's dequantization; the
     launch is the stream kernel's in stream_ms, gemv_mma_kernel's elsewhere (before: gemv_mma_kernel at M >= 2, the
     ragged row pairs at M = 1)."""
     packed = random_packed("Q6_K", (N,), K, rng)

@@ -200,8 +200,9 @@ struct FastArgs {
   int64_t expert_bytes, x_stride;
   // The K split over a plain grid (gemv_stream_kernel, KS; NOTES.md v53, v55): gz > 0 slices of K, CTA b
   // rank b % gz of the units of b / gz, meeting at a grid barrier (ks_meet_grid): part holds each unit's
-  // gz x kKsSums floats (part_bytes, any content). gz = 0: over a cluster.
-  int gz;
+  // gz x kKsSums floats (part_bytes, any content). gz = 0: over a cluster. Its slices: K (above) each where kx = gz,
+  // else ranks from kx on K - CE (NOTES.md v90)
+  int gz, kx;
   float* part;
   size_t part_bytes;
 };

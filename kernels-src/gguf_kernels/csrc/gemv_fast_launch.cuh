@@ -707,16 +707,29 @@ bool ks_slices_fit(int nch, int Z, int ks) {
   using L = FT<T>;
   return (ks <= 0 || Z == ks) && nch % Z == 0 && (nch / Z * L::CB) % (L::MIS ? 4 : 16) == 0;
 }
-// The activation groups of its slice that each thread of a K split's CTA of WPC warps converts (MT = 8).
+// The grid's slices of unequal chunk counts (NOTES.md v90): where nch chunks do not split into Z equal slices, the
+// first nch - Z (c - 1) ranks take c = ceil(nch / Z) chunks and the rest c - 1, so that 8 tokens' records of a slice
+// fit where two equal slices' do not (25600 = 50 chunks of 512 into 4 or 8; 18944 = 74 of 256, 37 of 512). Every
+// chunk starts 16-byte aligned in a row (Q6_K: 4-byte, as its equal slices), so any chunk may start a slice.
+// GGUF_KERNELS_FAST_KS_UNEVEN=0: equal slices only (A/B runs).
 template <int T>
-int ks_groups_a_thread(int nch, int Z, int WPC) {
+bool ks_slices_uneven(int nch, int Z, int ks) {
   using L = FT<T>;
-  return (8 * nch / Z * (L::CE / L::GS) + 32 * WPC - 1) / (32 * WPC);
+  static_assert(!L::OK || L::CB % (L::MIS ? 4 : 16) == 0, "every chunk starts a slice aligned");
+  static const int v = env_knob("GGUF_KERNELS_FAST_KS_UNEVEN", -1);
+  return v != 0 && (ks <= 0 || Z == ks) && nch > Z && nch % Z != 0;
+}
+// The activation groups of a slice of sch chunks that each thread of a K split's CTA of WPC warps converts (MT = 8).
+template <int T>
+int ks_groups_a_thread(int sch, int WPC) {
+  using L = FT<T>;
+  return (8 * sch * (L::CE / L::GS) + 32 * WPC - 1) / (32 * WPC);
 }
 struct KsGridPlan {
   int Z = 0, ctas = 0, WPC = 0;  // Z = 0: no plan
   size_t smem = 0, part_bytes = 0;  // part_bytes: the meeting buffer's (GemvArgs::ks_part), Z x 128 floats a unit
   bool units = false;  // several units a warp (GU, v86)
+  int sch = 0, kx = 0;  // chunks of the larger slice, and the ranks that take it (Z: all, equal slices)
 };
 // Where the grid takes 8 slices of 16 warps a CTA over the fewest that give 8 (v83, session 56, H200, M = 8,
 // 14336 -> 4096, us, Z = 4 of 8 warps -> Z = 8 of 16): Q4_0 17.65 -> 14.52, Q4_K 18.34 -> 15.81, Q5_K 20.29 ->
@@ -730,42 +743,47 @@ constexpr bool ks_grid_deep(int K) {
 // clusters' rules (slices of whole chunks and 16-byte runs; the fewest slices that give 8 warps a CTA, or 8
 // slices where ks_grid_deep and they fit).
 template <int T>
-KsGridPlan ks_grid_plan_z(int N, int K, int Z) {
+KsGridPlan ks_grid_plan_z(int N, int K, int Z, bool uneven = false) {
   using L = FT<T>;
   constexpr int MT = 8;
   const int nch = K / L::CE, units = (N + 2 * MT - 1) / (2 * MT);
-  if (!ks_slices_fit<T>(nch, Z, knob_ks()) || num_sms() < Z) return {};
+  if (!(uneven ? ks_slices_uneven<T>(nch, Z, knob_ks()) : ks_slices_fit<T>(nch, Z, knob_ks())) || num_sms() < Z)
+    return {};
   KsGridPlan p;
   p.Z = Z;
+  p.sch = (nch + Z - 1) / Z;
+  p.kx = nch - Z * (p.sch - 1);
   p.part_bytes = (size_t)units * Z * kKsSums * 4;
   p.WPC = (units + num_sms() / Z - 1) / (num_sms() / Z);
   p.ctas = (units + p.WPC - 1) / p.WPC;
   // (the records padded to 128 bytes, each stage buffer's barrier after the stages: NOTES.md v70)
-  p.smem = std::max(stream_recs_end(MT * stream_rec_stride<T, MT>(K / Z), true) +
+  p.smem = std::max(stream_recs_end(MT * stream_rec_stride<T, MT>(p.sch * L::CE), true) +
                         (size_t)p.WPC * 2 * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes),
                     one_cta_an_sm_smem());
-  if (p.WPC > 16 || p.smem > stream_smem_cap() || ks_groups_a_thread<T>(nch, Z, p.WPC) > 8) return {};
+  if (p.WPC > 16 || p.smem > stream_smem_cap() || ks_groups_a_thread<T>(p.sch, p.WPC) > 8) return {};
   return p;
 }
 // Several units a warp (GU, v86): 16 warps a CTA (or the most whose stages fit beside the records, at least
 // min_wpc) on every SM Z can take, the Z whose busiest warp reads the fewest chunks (rounds of units x the slice's
 // chunks; ties: fewer slices, less to meet); each thread building at most max_groups groups of records.
 template <int T>
-KsGridPlan ks_grid_plan_units(int N, int K, int min_wpc, int max_groups) {
+KsGridPlan ks_grid_plan_units(int N, int K, int min_wpc, int max_groups, bool uneven = false) {
   using L = FT<T>;
   constexpr int MT = 8;
   const int nch = K / L::CE, units = (N + 2 * MT - 1) / (2 * MT);
   KsGridPlan best;
   int64_t best_chain = 0;
   for (int Z : {2, 4, 8}) {
-    if (!ks_slices_fit<T>(nch, Z, knob_ks()) || num_sms() < Z) continue;
-    const size_t recs = stream_recs_end(MT * stream_rec_stride<T, MT>(K / Z), true);
+    if (!(uneven ? ks_slices_uneven<T>(nch, Z, knob_ks()) : ks_slices_fit<T>(nch, Z, knob_ks())) || num_sms() < Z)
+      continue;
+    const int sch = (nch + Z - 1) / Z;
+    const size_t recs = stream_recs_end(MT * stream_rec_stride<T, MT>(sch * L::CE), true);
     const size_t per_warp = 2 * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes);
     int WPC = 16;
     while (WPC >= min_wpc && std::max(recs + WPC * per_warp, one_cta_an_sm_smem()) > stream_smem_cap()) --WPC;
-    if (WPC < min_wpc || ks_groups_a_thread<T>(nch, Z, WPC) > max_groups) continue;
+    if (WPC < min_wpc || ks_groups_a_thread<T>(sch, WPC) > max_groups) continue;
     const int ctas = num_sms() / Z;
-    const int64_t chain = (int64_t)((units + ctas * WPC - 1) / (ctas * WPC)) * (nch / Z);
+    const int64_t chain = (int64_t)((units + ctas * WPC - 1) / (ctas * WPC)) * sch;
     if (best.Z && chain >= best_chain) continue;
     best_chain = chain;
     best.Z = Z;
@@ -774,6 +792,8 @@ KsGridPlan ks_grid_plan_units(int N, int K, int min_wpc, int max_groups) {
     best.smem = std::max(recs + WPC * per_warp, one_cta_an_sm_smem());
     best.part_bytes = (size_t)units * Z * kKsSums * 4;
     best.units = true;
+    best.sch = sch;
+    best.kx = nch - Z * (sch - 1);
   }
   return best;
 }
@@ -807,7 +827,7 @@ size_t ks_cluster_smem(int K, int Z, int WPC) {
 // records, and (by default) 8 warps a CTA or Z = 8.
 template <int T>
 bool ks_cluster_keeps(int nch, int Z, int WPC) {
-  return ks_groups_a_thread<T>(nch, Z, WPC) <= 8 && !(knob_ks() < 0 && WPC < 8 && Z < 8);
+  return ks_groups_a_thread<T>(nch / Z, WPC) <= 8 && !(knob_ks() < 0 && WPC < 8 && Z < 8);
 }
 // Whether the clusters' K split may take M tokens of N x K, by launch_stream_ks's rules: past ks_first, a Z and H
 // whose CTAs (H warps a unit on num_sms() / Z clusters, an upper bound on the clusters granted, so a lower bound on
@@ -857,7 +877,20 @@ KsGridPlan ks_grid_decide(int N, int K, int M) {
     if (p.Z) return p;
   }
   const KsGridPlan u = ks_grid_plan_units<T>(N, K, 8, 8);
-  if (u.Z || plain) return u;
+  if (u.Z) return u;
+  // v90: slices of unequal chunk counts, where no equal ones leave 8 warps a CTA (by the same two plans, one unit a
+  // warp with at least 8 warps a CTA, or 8 slices, as the clusters keep them: 18944 -> 3584 has 7 at Z = 4, 14 at 8).
+  // Before a plain launch that takes the case (grid_first: MXFP4, IQ4_XS at M = 2) only from K = 12288, where the
+  // slices hold at least 3 chunks (3584 -> 18944 would split 7 chunks 4 ways: v87's grid lost at K = 4096)
+  if (!plain || K >= 12288) {
+    for (int Z : {2, 4, 8}) {
+      const KsGridPlan p = ks_grid_plan_z<T>(N, K, Z, true);
+      if (p.Z && (p.WPC >= 8 || Z == 8)) return p;
+    }
+    const KsGridPlan v = ks_grid_plan_units<T>(N, K, 8, 8, true);
+    if (v.Z) return v;
+  }
+  if (plain) return {};
   // v88: where 8 tokens' records of a slice leave no room for 8 warps (two slices at most: MXFP4 and IQ4_XS on
   // 17408 -> 5120, 34 chunks of 512), down to 5 warps, each thread building more groups of records, against the
   // 16-row tiles after a prep kernel (H200, M = 3, 4, 8, us, tiles / grid: MXFP4 46.8-58.7 / 32.1-37.0, IQ4_XS
@@ -903,7 +936,8 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
                                       stream_kernel_seen(reinterpret_cast<const void*>(gu_kernel), true);
     (void)grid_recorded;
     FastArgs a = a0;
-    a.K = a0.K / g.Z;
+    a.K = g.sch * L::CE;
+    a.kx = g.kx;
     a.S = 2;
     a.split = 1;
     a.gz = g.Z;

@@ -162,12 +162,14 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   const int rho = g / CPS, kap = g % CPS;  // lane's A rows (rho, rho + MT) and chunk; its B token rho
   // MR: those rows' starts past the unit's 16-byte alignment
   const int dr = MR ? (int)((rho * a.row_bytes) & 15) : 0, dr8 = MR ? (int)(((rho + MT) * a.row_bytes) & 15) : 0;
-  const int N = a.N, K = a.K, S = a.S;
+  // GZ's slices (NOTES.md v90): a.K (the larger slice, which lays out every CTA's shared memory alike), ranks (CTA b:
+  // b % a.gz) from a.kx on one chunk fewer, where K's chunks do not split equally (25600 = 50 chunks of 512 into 4)
+  const int N = a.N, K = GZ && (int)blockIdx.x % a.gz >= a.kx ? a.K - L::CE : a.K, S = a.S;
   const int nch = R::chunks(K);
   const int fn = FLAT ? flat_row_items<T, RAG>(K) : 0;  // FLAT: items a row
   const int nst = stream_unit_stages<T, MOE, MT, RAG, ONE>(K);
   const int RU = stream_unit_rows<T, MOE, MT, RAG, ONE>(K);  // rows a unit
-  const size_t RB = stream_rec_stride<T, MT>(K);  // one x row's records
+  const size_t RB = stream_rec_stride<T, MT>(GZ ? a.K : K);  // one x row's records
   const int nx = MOE ? a.nx : ONE ? 1 : MT;
   const auto rec_off = [&](int xr) { return stream_rec_off(xr, RB, MT); };
   uint8_t* recs = smem;
@@ -195,7 +197,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   // the weights' end (RAG: cp16_part copies a piece past it byte by byte)
   const uintptr_t wend = reinterpret_cast<uintptr_t>(a.w) + (MOE ? a.n_experts * a.expert_bytes : N * a.row_bytes);
   // KS: the CTAs of a cluster read the same units, rank r the r-th of its equal slices of K (a.K is the
-  // slice), and meet in rank 0's shared memory at the end (one unit a warp at most). With a.split = H > 1,
+  // slice; GZ: the larger of two sizes, above), and meet in rank 0's shared memory at the end (one unit a warp at most). With a.split = H > 1,
   // H adjacent warps share a unit, warp h of them reading the h-th of H equal runs of the slice's stages,
   // and add into the first before the meeting (clusters of 2 whose CTAs have 8 warps at K / 4 each, where
   // clusters of 4 leave SMs idle: NOTES.md v48). Units are warp-major, so that the warps left without one
@@ -204,14 +206,18 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   // that no GPC leaves SMs idle (GZ).
   const int gz = GZ ? a.gz : 0;  // (its own instantiation: the clusters' code stays as it was, v56)
   const int rank = !KS ? 0 : gz ? (int)blockIdx.x % gz : (int)cluster_reg_rank();
+  // the slice's first chunk (GZ: the first a.kx ranks hold one chunk more than the rest), and its offset in a row of
+  // B bytes a chunk (the clusters' expressions as before v90: a no-op edit moves their schedules)
+  const int cs = GZ ? rank * R::chunks(a.K) - max(rank - a.kx, 0) : rank * nch;
+  const auto slice_off = [&](int B) { return GZ ? (int64_t)cs * B : (int64_t)rank * nch * B; };
   const int ncl = !KS ? 0 : gz ? (int)gridDim.x / gz : (int)cluster_reg_count();  // clusters of the grid
   const int H = KS ? a.split : 1, hw = KS ? warp % H : 0;
   const int gw = KS ? warp / H * ncl + (gz ? (int)blockIdx.x / gz : (int)cluster_reg_id()) : (int)blockIdx.x * WPC + warp;
   const int GW = (KS ? ncl : (int)gridDim.x) * WPC / H;
-  const auto wbase = [&]() { return KS ? a.w + (int64_t)rank * nch * L::CB : a.w; };  // rows' first byte of the slice
+  const auto wbase = [&]() { return KS ? a.w + slice_off(L::CB) : a.w; };  // rows' first byte of the slice
   // Q6_K (MIS) slices start 4-byte aligned (420-byte chunks): how far past a 16-byte boundary, which
   // every stage's copy start (mis) adds to its offset in the slice
-  const int kph = KS && L::MIS ? (int)(((int64_t)rank * nch * L::CB) & 15) : 0;
+  const int kph = KS && L::MIS ? (int)(slice_off(L::CB) & 15) : 0;
   // KS: the meeting's slots (ranks 1.., a warp's 32 x 4 sums each) and rank 0's barriers, after the stages
   float* slots = reinterpret_cast<float*>(recs + rend + (size_t)WPC * S * STAGE);
   uint64_t* mbar = reinterpret_cast<uint64_t*>(slots + (KS ? ((int)cluster_reg_size() - 1) * WPC * kKsSums : 0));
@@ -246,7 +252,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   const int sh1 = (hw + 1) * nst / H;
   int total = split ? u0 * nst + (int)((int64_t)(warp + 1) * (u1 - u0) * nst / WPC) - j0
                     : (ufirst < u1 ? (u1 - 1 - ufirst) / ustep + 1 : 0) * (KS ? sh1 - j0 : nst);  // stages this warp reads
-  const XT* x = reinterpret_cast<const XT*>(a.x) + (KS ? rank * K : 0) + (int64_t)xr0 * a.x_stride;
+  const XT* x = reinterpret_cast<const XT*>(a.x) + (KS ? (GZ ? cs * L::CE : rank * K) : 0) + (int64_t)xr0 * a.x_stride;
   const int nG = K / L::GS, nGp = nch * GPC;  // groups of K; with a short last chunk's padding (RAG)
   // G / nGp by a multiply-high and one correction (gmag = (2^32 - 1) / nGp: the quotient is exact or one
   // short for G < 2^31), where the division of a run-time divisor took ~18 instructions each time (v66)
@@ -378,7 +384,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
           } else {
             constexpr int E = stream_map_elem<T, MT>();
             mbar_expect_bytes(sbar + st, 16u * NPF * RPU);
-            tensor_copy_2d((uint32_t)__cvta_generic_to_shared(d), &wm.map, (rank * nch * L::CB + b0 - mis) / E, RU * ip,
+            tensor_copy_2d((uint32_t)__cvta_generic_to_shared(d), &wm.map, (GZ ? cs * L::CB + b0 - mis : rank * nch * L::CB + b0 - mis) / E, RU * ip,
                            sbar + st);
           }
         }
