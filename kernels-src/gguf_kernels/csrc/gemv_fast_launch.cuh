@@ -1037,7 +1037,8 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
   const cudaError_t e = xt == DType::BF16 ? launch_stream_ks<T, __nv_bfloat16>(a, stream)
                                           : launch_stream_ks<T, __half>(a, stream);
   if (e != cudaErrorNotSupported) return e;
-  if (M <= 4) return M == 2 ? launch_stream_dense<T, 2>(a, xt, stream) : launch_stream_dense<T, 4>(a, xt, stream);
+  static const int mt8 = env_knob("GGUF_KERNELS_FAST_MT8_MIN_M", 5);  // the plain MT = 8 launch from that M (A/B runs)
+  if (M < mt8 && M <= 4) return M == 2 ? launch_stream_dense<T, 2>(a, xt, stream) : launch_stream_dense<T, 4>(a, xt, stream);
   return launch_stream_dense<T, 8>(a, xt, stream);
 }
 // prep_kernel: the records of ga's M tokens into `scratch` (Prep<T>'s layout: B part, then sigma / beta).
