@@ -274,7 +274,7 @@ def test_matmul_stream_ks_take(name, rng):
         err = rel_err(out[0], x.double() @ ref_dequant(packed, name).double().T)
         assert err <= TOL[torch.bfloat16], f"{name} M={M} N={N} K={K}: rel err {err:.2e}"
         if names:
-            assert any(stream_flags(n).get("GZ") for n in names), names
+            assert grid_ran(names), names
 
 
 def uneven_on() -> bool:
@@ -304,7 +304,7 @@ def test_matmul_stream_ks_uneven(name, K, N, ms, rng):
             err = rel_err(out[0], x.double() @ w.T)
             assert err <= TOL[dtype], f"{name} {dtype} M={M} N={N} K={K}: rel err {err:.2e}"
             if names:
-                assert any(stream_flags(n).get("GZ") for n in names) == uneven_on(), names
+                assert grid_ran(names) == uneven_on(), names
 
 
 def test_matmul_stream_ks_uneven_off():
@@ -312,6 +312,30 @@ def test_matmul_stream_ks_uneven_off():
     before v90 (the plain launch, the 16-row tiles, gemv_mma_kernel; none of them the grid) stay right."""
     run_child({"GGUF_KERNELS_FAST_KS_UNEVEN": "0"}, f"{__file__}::test_matmul_stream_ks_uneven", "",
               f"{len(UNEVEN)} passed")
+
+
+@pytest.mark.parametrize("name, mt", [("Q4_0", "8"), ("Q8_0", "8"), ("MXFP4", "8"), ("IQ4_XS", "8"), ("Q4_K", None)])
+def test_matmul_stream_m34_mt8(name, mt, rng):
+    """M = 3, 4 on Qwen2.5-7B's gate / up (3584 -> 18943, the last unit a row short), where the plain MT = 8 launch gives
+    the busiest SM 0.49-0.56 of the MT = 4 launch's stages (v91): the MT = 8 kernel with M tokens' records, their
+    columns stored (mt: the launched kernel's MT, by torch.profiler where CUPTI is free; Q4_K takes the grid K split
+    there, v87). Under GGUF_KERNELS_FAST_M34_MT8=0 (test_matmul_stream_m34_mt8_off) the MT = 4 kernel."""
+    packed = random_packed(name, (18943,), 3584, rng)
+    w = ref_dequant(packed, name).double()
+    off = os.environ.get("GGUF_KERNELS_FAST_M34_MT8") == "0"
+    for M in (3, 4):
+        x = torch.randn(M, 3584, device=DEV, dtype=torch.bfloat16)
+        out = []
+        names = kernels_launched(lambda: out.append(KMOD.matmul(x, packed, qid(name))))
+        err = rel_err(out[0], x.double() @ w.T)
+        assert err <= TOL[torch.bfloat16], f"{name} M={M}: rel err {err:.2e}"
+        if names and mt:
+            assert [stream_args(n).get("MT") for n in names if stream_args(n)] == ["4" if off else mt], names
+
+
+def test_matmul_stream_m34_mt8_off():
+    """GGUF_KERNELS_FAST_M34_MT8=0, in a child: test_matmul_stream_m34_mt8's cases on the MT = 4 launch (before v91)."""
+    run_child({"GGUF_KERNELS_FAST_M34_MT8": "0"}, f"{__file__}::test_matmul_stream_m34_mt8", "", "5 passed")
 
 
 def test_matmul_ks_two_streams(rng):
@@ -461,12 +485,17 @@ def kernels_launched(fn) -> list[str]:
 STREAM_ARGS = ("T", "XT", "MOE", "MT", "RAG", "ONE", "KS", "GZ", "GU", "MR")
 
 
-def stream_flags(name: str) -> dict[str, bool]:
-    """gemv_stream_kernel's template arguments in a launched kernel's (demangled) name, as booleans; {} for others."""
+def stream_args(name: str) -> dict[str, str]:
+    """gemv_stream_kernel's template arguments in a launched kernel's (demangled) name; {} for other kernels."""
     if "gemv_stream_kernel<" not in name:
         return {}
     args = name.split("gemv_stream_kernel<", 1)[1].split(">", 1)[0].split(",")
-    return {k: v.strip() == "true" for k, v in zip(STREAM_ARGS, args)}
+    return {k: v.strip() for k, v in zip(STREAM_ARGS, args)}
+
+
+def grid_ran(names: list[str]) -> bool:
+    """Whether the grid K split (gemv_stream_kernel with GZ) is among the launched kernels."""
+    return any(stream_args(n).get("GZ") == "true" for n in names)
 
 
 @pytest.mark.parametrize("M", [1, 2, 3, 8])

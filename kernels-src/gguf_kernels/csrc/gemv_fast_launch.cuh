@@ -1009,6 +1009,25 @@ cudaError_t launch_stream_mis(const FastArgs& a, cudaStream_t stream) {
   if (e != cudaErrorNotSupported || a.M > 2) return e;
   return launch_stream<T, XT, false, 2, false, false, true>(a, (a.N + 3) / 4, 2 * stream_rec_stride<T, 2>(a.K), stream);
 }
+// M = 3, 4 on the plain launch: the MT = 8 kernel (padded: records of M tokens, M tokens' columns stored) where it
+// gives the busiest SM at most 0.6 of the MT = 4 kernel's stages, else MT = 4. The two take the same bytes and mma a
+// stage (8 rows x 2 chunks, 16 x 1), but their units round to whole waves differently: 3584 -> 18944 (Qwen2.5-7B's
+// gate / up) leaves MT = 4 two rounds of 16 warps, the second an eighth full, where MT = 8 has one of 9 warps (0.49-0.56
+// of its stages). v91, H200, M = 3 / 4, us, MT = 4 -> MT = 8: 3584 -> 18944 Q4_0 19.3 / 19.7 -> 17.0 / 17.3, Q8_0 27.9 /
+// 28.1 -> 23.3 / 23.7, MXFP4 29.9 / 30.1 -> 20.4 / 20.4, IQ4_XS 37.2 / 37.2 -> 25.8 / 26.0; Q4_0 5120 -> 17408 27.2 / 28.2
+// -> 23.1 / 23.8. At equal stages MT = 8 lost 7-73% (4096 -> 14336, 2048 -> 8192, 8192 -> 28672, Q8_0 5120 -> 17408),
+// but Q6_K 4096 -> 14336 (-19%); M = 2 on MT = 8 won only for MXFP4 and IQ4_XS at 3584 -> 18944 (-13..-17%) and lost
+// 5-86% elsewhere, so M = 2 keeps MT = 2. GGUF_KERNELS_FAST_M34_MT8: 0 never, 1 wherever MT = 8 takes the case.
+template <int T, typename XT>
+cudaError_t launch_stream_m34(const FastArgs& a, cudaStream_t stream) {
+  static const int knob = env_knob("GGUF_KERNELS_FAST_M34_MT8", -1);
+  const StreamChoice c4 = stream_choice<T, XT, false, 4, false>(a, (a.N + 7) / 8, 4 * stream_rec_stride<T, 4>(a.K));
+  if (knob != 0 && (knob == 1 || c4.WPC)) {
+    const StreamChoice c8 = stream_choice<T, XT, false, 8, false>(a, (a.N + 15) / 16, 8 * stream_rec_stride<T, 8>(a.K));
+    if (c8.WPC && (knob == 1 || 5 * c8.work <= 3 * c4.work)) return launch_choice<T, XT, false, 8, false>(a, c8, stream);
+  }
+  return launch_choice<T, XT, false, 4, false>(a, c4, stream);
+}
 // gemv_stream_kernel for a dense matmul, no scratch; cudaErrorNotSupported when it does not take the case.
 template <int T>
 cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t stream) {
@@ -1037,8 +1056,8 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
   const cudaError_t e = xt == DType::BF16 ? launch_stream_ks<T, __nv_bfloat16>(a, stream)
                                           : launch_stream_ks<T, __half>(a, stream);
   if (e != cudaErrorNotSupported) return e;
-  static const int mt8 = env_knob("GGUF_KERNELS_FAST_MT8_MIN_M", 5);  // the plain MT = 8 launch from that M (A/B runs)
-  if (M < mt8 && M <= 4) return M == 2 ? launch_stream_dense<T, 2>(a, xt, stream) : launch_stream_dense<T, 4>(a, xt, stream);
+  if (M == 2) return launch_stream_dense<T, 2>(a, xt, stream);
+  if (M <= 4) return xt == DType::BF16 ? launch_stream_m34<T, __nv_bfloat16>(a, stream) : launch_stream_m34<T, __half>(a, stream);
   return launch_stream_dense<T, 8>(a, xt, stream);
 }
 // prep_kernel: the records of ga's M tokens into `scratch` (Prep<T>'s layout: B part, then sigma / beta).
