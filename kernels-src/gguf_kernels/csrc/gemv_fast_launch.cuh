@@ -719,6 +719,11 @@ bool ks_slices_uneven(int nch, int Z, int ks) {
   static const int v = env_knob("GGUF_KERNELS_FAST_KS_UNEVEN", -1);
   return v != 0 && (ks <= 0 || Z == ks) && nch > Z && nch % Z != 0;
 }
+// Whether the grid may take Z slices of nch chunks: equal ones, or (uneven) unequal ones, on at least Z SMs.
+template <int T>
+bool ks_grid_slices(int nch, int Z, bool uneven) {
+  return (uneven ? ks_slices_uneven<T>(nch, Z, knob_ks()) : ks_slices_fit<T>(nch, Z, knob_ks())) && num_sms() >= Z;
+}
 // The activation groups of a slice of sch chunks that each thread of a K split's CTA of WPC warps converts (MT = 8).
 template <int T>
 int ks_groups_a_thread(int sch, int WPC) {
@@ -730,6 +735,11 @@ struct KsGridPlan {
   size_t smem = 0, part_bytes = 0;  // part_bytes: the meeting buffer's (GemvArgs::ks_part), Z x 128 floats a unit
   bool units = false;  // several units a warp (GU, v86)
   int sch = 0, kx = 0;  // chunks of the larger slice, and the ranks that take it (Z: all, equal slices)
+  void slices(int nch, int z) {  // Z = z slices of nch chunks, the first kx of sch, the rest of sch - 1
+    Z = z;
+    sch = (nch + z - 1) / z;
+    kx = nch - z * (sch - 1);
+  }
 };
 // Where the grid takes 8 slices of 16 warps a CTA over the fewest that give 8 (v83, session 56, H200, M = 8,
 // 14336 -> 4096, us, Z = 4 of 8 warps -> Z = 8 of 16): Q4_0 17.65 -> 14.52, Q4_K 18.34 -> 15.81, Q5_K 20.29 ->
@@ -747,12 +757,9 @@ KsGridPlan ks_grid_plan_z(int N, int K, int Z, bool uneven = false) {
   using L = FT<T>;
   constexpr int MT = 8;
   const int nch = K / L::CE, units = (N + 2 * MT - 1) / (2 * MT);
-  if (!(uneven ? ks_slices_uneven<T>(nch, Z, knob_ks()) : ks_slices_fit<T>(nch, Z, knob_ks())) || num_sms() < Z)
-    return {};
+  if (!ks_grid_slices<T>(nch, Z, uneven)) return {};
   KsGridPlan p;
-  p.Z = Z;
-  p.sch = (nch + Z - 1) / Z;
-  p.kx = nch - Z * (p.sch - 1);
+  p.slices(nch, Z);
   p.part_bytes = (size_t)units * Z * kKsSums * 4;
   p.WPC = (units + num_sms() / Z - 1) / (num_sms() / Z);
   p.ctas = (units + p.WPC - 1) / p.WPC;
@@ -774,8 +781,7 @@ KsGridPlan ks_grid_plan_units(int N, int K, int min_wpc, int max_groups, bool un
   KsGridPlan best;
   int64_t best_chain = 0;
   for (int Z : {2, 4, 8}) {
-    if (!(uneven ? ks_slices_uneven<T>(nch, Z, knob_ks()) : ks_slices_fit<T>(nch, Z, knob_ks())) || num_sms() < Z)
-      continue;
+    if (!ks_grid_slices<T>(nch, Z, uneven)) continue;
     const int sch = (nch + Z - 1) / Z;
     const size_t recs = stream_recs_end(MT * stream_rec_stride<T, MT>(sch * L::CE), true);
     const size_t per_warp = 2 * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes);
@@ -786,14 +792,12 @@ KsGridPlan ks_grid_plan_units(int N, int K, int min_wpc, int max_groups, bool un
     const int64_t chain = (int64_t)((units + ctas * WPC - 1) / (ctas * WPC)) * sch;
     if (best.Z && chain >= best_chain) continue;
     best_chain = chain;
-    best.Z = Z;
+    best.slices(nch, Z);
     best.WPC = WPC;
     best.ctas = ctas;
     best.smem = std::max(recs + WPC * per_warp, one_cta_an_sm_smem());
     best.part_bytes = (size_t)units * Z * kKsSums * 4;
     best.units = true;
-    best.sch = sch;
-    best.kx = nch - Z * (sch - 1);
   }
   return best;
 }
