@@ -269,10 +269,7 @@ def test_matmul_stream_ks_take(name, rng):
     for M, N, K in ((3, 3583, 18944), (4, 5120, 17408)):
         packed = random_packed(name, (N,), K, rng)
         x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
-        out = []
-        names = kernels_launched(lambda: out.append(KMOD.matmul(x, packed, qid(name))))
-        err = rel_err(out[0], x.double() @ ref_dequant(packed, name).double().T)
-        assert err <= TOL[torch.bfloat16], f"{name} M={M} N={N} K={K}: rel err {err:.2e}"
+        names = check_launch(name, packed, x, ref_dequant(packed, name).double())
         if names:
             assert grid_ran(names), names
 
@@ -298,11 +295,7 @@ def test_matmul_stream_ks_uneven(name, K, N, ms, rng):
     w = ref_dequant(packed, name).double()
     for M in ms:
         for dtype in (torch.bfloat16,) + ((torch.float16,) if M == ms[-1] else ()):
-            x = torch.randn(M, K, device=DEV, dtype=dtype)
-            out = []
-            names = kernels_launched(lambda: out.append(KMOD.matmul(x, packed, qid(name))))
-            err = rel_err(out[0], x.double() @ w.T)
-            assert err <= TOL[dtype], f"{name} {dtype} M={M} N={N} K={K}: rel err {err:.2e}"
+            names = check_launch(name, packed, torch.randn(M, K, device=DEV, dtype=dtype), w)
             if names:
                 assert grid_ran(names) == uneven_on(), names
 
@@ -324,11 +317,7 @@ def test_matmul_stream_m34_mt8(name, mt, rng):
     w = ref_dequant(packed, name).double()
     off = os.environ.get("GGUF_KERNELS_FAST_M34_MT8") == "0"
     for M in (3, 4):
-        x = torch.randn(M, 3584, device=DEV, dtype=torch.bfloat16)
-        out = []
-        names = kernels_launched(lambda: out.append(KMOD.matmul(x, packed, qid(name))))
-        err = rel_err(out[0], x.double() @ w.T)
-        assert err <= TOL[torch.bfloat16], f"{name} M={M}: rel err {err:.2e}"
+        names = check_launch(name, packed, torch.randn(M, 3584, device=DEV, dtype=torch.bfloat16), w)
         if names and mt:
             assert [stream_args(n).get("MT") for n in names if stream_args(n)] == ["4" if off else mt], names
 
@@ -482,6 +471,17 @@ def kernels_launched(fn) -> list[str]:
     return [e.key for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
+def check_launch(name: str, packed: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> list[str]:
+    """matmul of x by packed against w (its float64 dequantization), within x's dtype's tolerance; the names of the
+    kernels it launched (kernels_launched)."""
+    out = []
+    names = kernels_launched(lambda: out.append(KMOD.matmul(x, packed, qid(name))))
+    err = rel_err(out[0], x.double() @ w.T)
+    M, K = x.shape
+    assert err <= TOL[x.dtype], f"{name} {x.dtype} M={M} N={packed.shape[0]} K={K}: rel err {err:.2e}"
+    return names
+
+
 STREAM_ARGS = ("T", "XT", "MOE", "MT", "RAG", "ONE", "KS", "GZ", "GU", "MR")
 
 
@@ -514,10 +514,7 @@ def test_matmul_q6k_rows_mis(N, K, stream_ms, M, rng):
     ragged row pairs at M = 1)."""
     packed = random_packed("Q6_K", (N,), K, rng)
     x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
-    out = []
-    names = kernels_launched(lambda: out.append(KMOD.matmul(x, packed, qid("Q6_K"))))
-    err = rel_err(out[0], x.double() @ ref_dequant(packed, "Q6_K").double().T)
-    assert err <= TOL[torch.bfloat16], f"Q6_K M={M} N={N} K={K}: rel err {err:.2e}"
+    names = check_launch("Q6_K", packed, x, ref_dequant(packed, "Q6_K").double())
     if names:
         assert any("gemv_stream_kernel" in n for n in names) == (M in stream_ms), names
 

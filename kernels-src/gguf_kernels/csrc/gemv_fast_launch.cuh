@@ -381,6 +381,12 @@ StreamChoice stream_choice(const FastArgs& a, int units, size_t fixed) {
   return choose_stream<T, XT, MOE, MT, RAG, ONE, MR>(units, fixed, nst,
                                                  (MOE ? a.nx : ONE ? 1 : MT) * nch * (FT<T>::CE / FT<T>::GS));
 }
+// The plain MT-token launch of a dense matmul: units of 2 MT rows, each CTA holding MT tokens' records of all of K.
+template <int T, typename XT, int MT, bool RAG = false, bool MR = false>
+StreamChoice dense_choice(const FastArgs& a) {
+  return stream_choice<T, XT, false, MT, RAG, false, MR>(a, (a.N + 2 * MT - 1) / (2 * MT),
+                                                         MT * stream_rec_stride<T, MT>(a.K));
+}
 // The stream kernels launched so far (as a graph's kernel nodes name their functions): they trigger
 // their dependents at their start. `add`: record f; else whether f is one.
 inline bool stream_kernel_seen(const void* f, bool add) {
@@ -507,7 +513,8 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool MR = false>
 cudaError_t launch_stream(FastArgs a, int units, size_t fixed, cudaStream_t stream) {
-  return launch_choice<T, XT, MOE, MT, RAG, ONE, MR>(a, stream_choice<T, XT, MOE, MT, RAG, ONE, MR>(a, units, fixed), stream);
+  return launch_choice<T, XT, MOE, MT, RAG, ONE, MR>(a, stream_choice<T, XT, MOE, MT, RAG, ONE, MR>(a, units, fixed),
+                                                     stream);
 }
 inline bool knob_one_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_ONE");
@@ -587,10 +594,9 @@ inline int stream_max_m() {
 }
 template <int T, int MT, bool RAG = false>
 cudaError_t launch_stream_dense(const FastArgs& a, DType xt, cudaStream_t stream) {
-  const int units = (a.N + 2 * MT - 1) / (2 * MT);
-  const size_t fixed = MT * stream_rec_stride<T, MT>(a.K);
-  return xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, false, MT, RAG>(a, units, fixed, stream)
-                           : launch_stream<T, __half, false, MT, RAG>(a, units, fixed, stream);
+  using BF = __nv_bfloat16;
+  return xt == DType::BF16 ? launch_choice<T, BF, false, MT, RAG>(a, dense_choice<T, BF, MT, RAG>(a), stream)
+                           : launch_choice<T, __half, false, MT, RAG>(a, dense_choice<T, __half, MT, RAG>(a), stream);
 }
 // M = 5..8 (and 3, 4: ks_first), tried before the plain launch: the MT = 8 kernel with K split over a cluster of Z
 // CTAs (KS; NOTES.md v16, v17), each holding the records of its slice, one unit a warp, the slices' sums
@@ -807,14 +813,10 @@ template <int T>
 bool stream_plain_takes(int N, int K, int M) {
   // rows_mis: the plain launch's MT = 2 form only (MT = 4 and 8 copy 16-byte pieces at one offset for all rows)
   if (M > 2 && !rows_fit<T>(K, packed_row_bytes<T>(K))) return false;
-  const auto takes = [&](auto mt) {
-    constexpr int MT = decltype(mt)::value;
-    const int nch = StreamRecs<T>::chunks(K);
-    return choose_stream<T, __nv_bfloat16, false, MT, false>((N + 2 * MT - 1) / (2 * MT),
-                                                              MT * stream_rec_stride<T, MT>(K),
-                                                              stream_unit_stages<T, false, MT, false, false>(K),
-                                                              MT * nch * (FT<T>::CE / FT<T>::GS)).WPC > 0;
-  };
+  FastArgs a = {};
+  a.N = N;
+  a.K = K;
+  const auto takes = [&](auto mt) { return dense_choice<T, __nv_bfloat16, decltype(mt)::value>(a).WPC > 0; };
   return M <= 2 ? takes(std::integral_constant<int, 2>{}) : M <= 4 ? takes(std::integral_constant<int, 4>{})
                                                                      : takes(std::integral_constant<int, 8>{});
 }
@@ -1011,7 +1013,7 @@ cudaError_t launch_stream_mis(const FastArgs& a, cudaStream_t stream) {
   if (a.M > 2 && (a.N + 15) / 16 < num_sms()) return cudaErrorNotSupported;
   const cudaError_t e = launch_stream_ks<T, XT, true>(a, stream);
   if (e != cudaErrorNotSupported || a.M > 2) return e;
-  return launch_stream<T, XT, false, 2, false, false, true>(a, (a.N + 3) / 4, 2 * stream_rec_stride<T, 2>(a.K), stream);
+  return launch_choice<T, XT, false, 2, false, false, true>(a, dense_choice<T, XT, 2, false, true>(a), stream);
 }
 // M = 3, 4 on the plain launch: the MT = 8 kernel (padded: records of M tokens, M tokens' columns stored) where it
 // gives the busiest SM at most 0.6 of the MT = 4 kernel's stages, else MT = 4. The two take the same bytes and mma a
@@ -1025,9 +1027,9 @@ cudaError_t launch_stream_mis(const FastArgs& a, cudaStream_t stream) {
 template <int T, typename XT>
 cudaError_t launch_stream_m34(const FastArgs& a, cudaStream_t stream) {
   static const int knob = env_knob("GGUF_KERNELS_FAST_M34_MT8", -1);
-  const StreamChoice c4 = stream_choice<T, XT, false, 4, false>(a, (a.N + 7) / 8, 4 * stream_rec_stride<T, 4>(a.K));
+  const StreamChoice c4 = dense_choice<T, XT, 4>(a);
   if (knob != 0 && (knob == 1 || c4.WPC)) {
-    const StreamChoice c8 = stream_choice<T, XT, false, 8, false>(a, (a.N + 15) / 16, 8 * stream_rec_stride<T, 8>(a.K));
+    const StreamChoice c8 = dense_choice<T, XT, 8>(a);
     if (c8.WPC && (knob == 1 || 5 * c8.work <= 3 * c4.work)) return launch_choice<T, XT, false, 8, false>(a, c8, stream);
   }
   return launch_choice<T, XT, false, 4, false>(a, c4, stream);
@@ -1061,7 +1063,8 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
                                           : launch_stream_ks<T, __half>(a, stream);
   if (e != cudaErrorNotSupported) return e;
   if (M == 2) return launch_stream_dense<T, 2>(a, xt, stream);
-  if (M <= 4) return xt == DType::BF16 ? launch_stream_m34<T, __nv_bfloat16>(a, stream) : launch_stream_m34<T, __half>(a, stream);
+  if (M <= 4)
+    return xt == DType::BF16 ? launch_stream_m34<T, __nv_bfloat16>(a, stream) : launch_stream_m34<T, __half>(a, stream);
   return launch_stream_dense<T, 8>(a, xt, stream);
 }
 // prep_kernel: the records of ga's M tokens into `scratch` (Prep<T>'s layout: B part, then sigma / beta).

@@ -199,9 +199,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   // KS: the CTAs of a cluster read the same units, rank r the r-th of its equal slices of K (a.K is the
   // slice; GZ: the larger of two sizes, above), and meet in rank 0's shared memory at the end (one unit a warp
   // at most). With a.split = H > 1, H adjacent warps share a unit, warp h of them reading the h-th of H equal runs
-  // of the slice's stages,
-  // and add into the first before the meeting (clusters of 2 whose CTAs have 8 warps at K / 4 each, where
-  // clusters of 4 leave SMs idle: NOTES.md v48). Units are warp-major, so that the warps left without one
+  // of the slice's stages, and add into the first before the meeting (clusters of 2 whose CTAs have 8 warps at
+  // K / 4 each, where clusters of 4 leave SMs idle: NOTES.md v48). Units are warp-major, so that the warps left without one
   // spread over the clusters. a.gz = Z > 0 (NOTES.md v53): the same over a plain grid, CTAs [cZ, cZ + Z)
   // standing for cluster c, meeting at the grid barrier of a cooperative launch (ks_meet_grid, v55), so
   // that no GPC leaves SMs idle (GZ).
@@ -385,8 +384,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
           } else {
             constexpr int E = stream_map_elem<T, MT>();
             mbar_expect_bytes(sbar + st, 16u * NPF * RPU);
-            tensor_copy_2d((uint32_t)__cvta_generic_to_shared(d), &wm.map, ((GZ ? cs : rank * nch) * L::CB + b0 - mis) / E, RU * ip,
-                           sbar + st);
+            const int x0 = (GZ ? cs : rank * nch) * L::CB + b0 - mis;  // the stage's first byte in a row
+            tensor_copy_2d((uint32_t)__cvta_generic_to_shared(d), &wm.map, x0 / E, RU * ip, sbar + st);
           }
         }
       } else if constexpr (FLAT && L::MIS) {  // one contiguous run (the other types: the M = 1 form's two)
