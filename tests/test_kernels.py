@@ -307,6 +307,33 @@ def test_matmul_stream_ks_uneven_off():
               f"{len(UNEVEN)} passed")
 
 
+GRID_FIRST = [("Q6_K", 11007, 4096, (2, 3, 4)), ("Q6_K", 8192, 8192, (2,)), ("Q8_0", 5120, 17408, (2,)),
+              ("Q5_K", 11008, 4096, (2,)), ("Q4_K", 9727, 2560, (2,))]
+
+
+@pytest.mark.parametrize("name, N, K, ms", GRID_FIRST)
+def test_matmul_stream_grid_first(name, N, K, ms, rng):
+    """The grid K split before a plain launch that takes the case (v92): Q6_K from 2^25 elements up to 2^26 at M = 2..4
+    (4096 -> 11007, the last unit a row short; 8192 -> 8192), and at M = 2 where the plain MT = 2 launch leaves SMs
+    without a CTA (stream_plain_idle: Q8_0 17408 -> 5120, two rounds of 8 warps on 80 CTAs; Q5_K 4096 -> 11008 on 86,
+    Q4_K 2560 -> 9727 on 76). Against gguf-py's dequantization, fp16 at the last M; the launch is the grid's (GZ) by torch.profiler where
+    CUPTI is free, and not under GGUF_KERNELS_FAST_KS_PLAIN=1 (test_matmul_stream_grid_first_off)."""
+    packed = random_packed(name, (N,), K, rng)
+    w = ref_dequant(packed, name).double()
+    off = os.environ.get("GGUF_KERNELS_FAST_KS_PLAIN") == "1"
+    for M in ms:
+        for dtype in (torch.bfloat16,) + ((torch.float16,) if M == ms[-1] else ()):
+            names = check_launch(name, packed, torch.randn(M, K, device=DEV, dtype=dtype), w)
+            if names:
+                assert grid_ran(names) != off, names
+
+
+def test_matmul_stream_grid_first_off():
+    """GGUF_KERNELS_FAST_KS_PLAIN=1, in a child: test_matmul_stream_grid_first's cases on the plain launch (before v92)."""
+    run_child({"GGUF_KERNELS_FAST_KS_PLAIN": "1"}, f"{__file__}::test_matmul_stream_grid_first", "",
+              f"{len(GRID_FIRST)} passed")
+
+
 @pytest.mark.parametrize("name, mt", [("Q4_0", "8"), ("Q8_0", "8"), ("MXFP4", "8"), ("IQ4_XS", "8"), ("Q4_K", None)])
 def test_matmul_stream_m34_mt8(name, mt, rng):
     """M = 3, 4 on Qwen2.5-7B's gate / up (3584 -> 18943, the last unit a row short), where the plain MT = 8 launch gives

@@ -666,7 +666,8 @@ inline int knob_ks_grid() {
   return v;
 }
 // Where no cluster launch can take M tokens, whether the grid of v86 goes before the plain launch:
-// GGUF_KERNELS_FAST_KS_PLAIN=1 never (the plain launch keeps every case it takes), 0 always, else ks_units_first.
+// GGUF_KERNELS_FAST_KS_PLAIN=1 never (the plain launch keeps every case it takes), 0 always, else ks_units_first and,
+// at M = 2, stream_plain_idle (v92).
 inline int knob_ks_plain() {
   static const int v = env_knob("GGUF_KERNELS_FAST_KS_PLAIN", -1);
   return v;
@@ -696,12 +697,15 @@ constexpr bool ks_grid_auto(int N, int K) {
 // 14336 (+1.2 / +1.6); Q4_K and Q5_K won on 25600 -> 5120 (-15.0 / -16.9), not on 17408 -> 5120 (the grid's M = 3
 // time, 23.3 / 27.7 us, against the plain launch's 22.4 / 27.4 at M = 2), so from K = 24576; Q4_0 only from N = 8192
 // (27648 -> 5120: +1.4). Not at M = 5..8, which none of this measured: the plain MT = 8 launch can beat the grid's
-// M = 3, 4 time there (Q6_K 4096 -> 128256: 151 us at M = 8 in session 56's table, the grid 171). Measured, not
-// taken: Q6_K 4096 -> 14336 at M = 3, 4 (59 M), -6.6 / -7.2.
+// M = 3, 4 time there (Q6_K 4096 -> 128256: 151 us at M = 8 in session 56's table, the grid 171). v92 (session 62,
+// main -> grid, us): Q6_K from 2^25 elements, at M = 3, 4 4096 -> 11008 27.9 -> 16.8, 4096 -> 12288 28.0 -> 17.7, 4096
+// -> 14336 28.4 -> 21.9, 8192 -> 8192 29.7 -> 20.7, and at M = 2 by 3-19% (14336 -> 4096 22.5 -> 18.2); not on 2048 ->
+// 8192 (16.8 M, +1.0), nor at M = 2 on rows that are not 16-byte multiples (3072 -> 16384 23.1 -> 28.3).
 template <int T>
 constexpr bool ks_units_first(int N, int K, int M) {
   const long long n = (long long)N * K;
-  if (M > 4 || n <= (1LL << 26)) return false;
+  if (M > 4) return false;
+  if (n <= (1LL << 26)) return T == Q6_K && n > (1LL << 25) && (M > 2 || packed_row_bytes<T>(K) % 16 == 0);
   if (M >= 3) return T != Q4_0 && T != Q8_0;
   return T == MXFP4 || T == IQ4_XS || (K >= 24576 && (T == Q4_K || T == Q5_K || (T == Q4_0 && N >= 8192)));
 }
@@ -820,6 +824,24 @@ bool stream_plain_takes(int N, int K, int M) {
   return M <= 2 ? takes(std::integral_constant<int, 2>{}) : M <= 4 ? takes(std::integral_constant<int, 4>{})
                                                                      : takes(std::integral_constant<int, 8>{});
 }
+// Whether the plain MT = 2 launch on rows of 16-byte multiples leaves enough SMs without a CTA (its units in whole
+// rounds of WPC warps on fewer CTAs: Q8_0 17408 -> 5120, 1280 units, two rounds of 8 warps on 80 CTAs) that the grid
+// of one unit a warp wins (v92, H200, M = 2, main -> grid, us): more than a quarter for Q5_K, Q6_K, MXFP4 and IQ4_XS
+// (4096 -> 11008, 86 CTAs: Q5_K 16.6 -> 15.8, MXFP4 15.5 -> 14.1, IQ4_XS 19.2 -> 17.2; 4096 -> 12288, 96 CTAs: 16.7
+// -> 16.0, 15.7 -> 14.4, 19.4 -> 17.5; Q6_K 4096 -> 6144 12.9 -> 12.1); at least 3 / 8 for Q4_K and Q8_0, which lost at
+// 86 and 96 CTAs (Q4_K +0.2 / +0.4, Q8_0 -0.2 / +0.8) and won at 76 and 80 (2560 -> 9728 10.5 -> 10.0, 11.8 -> 11.0;
+// Q8_0 17408 -> 5120 36.7 -> 29.2); never for Q4_0 (+0.1 / +1.0 / +1.4 at 76 / 86 / 96). Rows that are not 16-byte
+// multiples keep the plain launch (Q6_K 5120 -> 5120 +1.2).
+template <int T>
+bool stream_plain_idle(int N, int K) {
+  if (T == Q4_0 || packed_row_bytes<T>(K) % 16) return false;
+  FastArgs a = {};
+  a.N = N;
+  a.K = K;
+  const StreamChoice c = dense_choice<T, __nv_bfloat16, 2>(a);
+  const int idle = num_sms() - c.ctas;
+  return c.WPC && (T == Q4_K || T == Q8_0 ? 8 * idle >= 3 * num_sms() : 4 * idle > num_sms());
+}
 // Dynamic shared memory of a CTA of the clusters' K split with WPC warps over slices of K / Z, two stages a
 // warp (the records padded to 128 bytes, each stage buffer's barrier after the meeting's: NOTES.md v71).
 template <int T>
@@ -877,11 +899,14 @@ KsGridPlan ks_grid_decide(int N, int K, int M) {
   const bool grid_first = kp == 0 || (kp < 0 && ks_units_first<T>(N, K, M));
   if (ks_clusters_may_take<T>(N, K, M)) return {};
   const bool plain = stream_plain_takes<T>(N, K, M);
-  if (plain && !grid_first) return {};
+  // v92: at M = 2, where the plain launch leaves SMs without a CTA (stream_plain_idle), the grid of one unit a warp
+  const bool idle = kp < 0 && M == 2 && plain && !grid_first && stream_plain_idle<T>(N, K);
+  if (plain && !grid_first && !idle) return {};
   for (int Z : {2, 4, 8}) {
     const KsGridPlan p = ks_grid_plan_z<T>(N, K, Z);
     if (p.Z) return p;
   }
+  if (idle) return {};
   const KsGridPlan u = ks_grid_plan_units<T>(N, K, 8, 8);
   if (u.Z) return u;
   // v90: slices of unequal chunk counts, where no equal ones leave 8 warps a CTA (by the same two plans, one unit a
