@@ -313,11 +313,12 @@ GRID_FIRST = [("Q6_K", 11007, 4096, (2, 3, 4)), ("Q6_K", 8192, 8192, (2,)), ("Q8
 
 @pytest.mark.parametrize("name, N, K, ms", GRID_FIRST)
 def test_matmul_stream_grid_first(name, N, K, ms, rng):
-    """The grid K split before a plain launch that takes the case (v92): Q6_K from 2^25 elements up to 2^26 at M = 2..4
-    (4096 -> 11007, the last unit a row short; 8192 -> 8192), and at M = 2 where the plain MT = 2 launch leaves SMs
-    without a CTA (stream_plain_idle: Q8_0 17408 -> 5120, two rounds of 8 warps on 80 CTAs; Q5_K 4096 -> 11008 on 86,
-    Q4_K 2560 -> 9727 on 76). Against gguf-py's dequantization, fp16 at the last M; the launch is the grid's (GZ) by torch.profiler where
-    CUPTI is free, and not under GGUF_KERNELS_FAST_KS_PLAIN=1 (test_matmul_stream_grid_first_off)."""
+    """The grid K split before a plain launch that takes the case (v92): Q6_K from 2^25 elements at M = 2..4 (at M = 2
+    up to 2^26; 4096 -> 11007, the last unit a row short; 8192 -> 8192), and at M = 2 where the plain MT = 2 launch
+    leaves SMs without a CTA (stream_plain_idle: Q8_0 17408 -> 5120, two rounds of 8 warps on 80 CTAs; Q5_K 4096 ->
+    11008 on 86, Q4_K 2560 -> 9727 on 76). Against gguf-py's dequantization, fp16 at the last M; the launch is the
+    grid's (GZ) by torch.profiler where CUPTI is free, and not under GGUF_KERNELS_FAST_KS_PLAIN=1
+    (test_matmul_stream_grid_first_off)."""
     packed = random_packed(name, (N,), K, rng)
     w = ref_dequant(packed, name).double()
     off = os.environ.get("GGUF_KERNELS_FAST_KS_PLAIN") == "1"
@@ -329,7 +330,8 @@ def test_matmul_stream_grid_first(name, N, K, ms, rng):
 
 
 def test_matmul_stream_grid_first_off():
-    """GGUF_KERNELS_FAST_KS_PLAIN=1, in a child: test_matmul_stream_grid_first's cases on the plain launch (before v92)."""
+    """GGUF_KERNELS_FAST_KS_PLAIN=1, in a child: test_matmul_stream_grid_first's cases on the plain launch (as before
+    v92)."""
     run_child({"GGUF_KERNELS_FAST_KS_PLAIN": "1"}, f"{__file__}::test_matmul_stream_grid_first", "",
               f"{len(GRID_FIRST)} passed")
 
