@@ -291,13 +291,7 @@ def test_matmul_stream_ks_uneven(name, K, N, ms, rng):
     several units a warp (17408: 34 chunks, 5, 5, 4, ...; 18944: 37, 5, 5, 5, 5, 5, 4, 4, 4) and 3584 -> 18944 in 4
     of 2, 2, 2, 1 (1184 units); Q4_K 18944 -> 3584 in 8 slices of one unit a warp. Against gguf-py's dequantization,
     fp16 once; the launch is the grid's (GZ), by torch.profiler where CUPTI is free."""
-    packed = random_packed(name, (N,), K, rng)
-    w = ref_dequant(packed, name).double()
-    for M in ms:
-        for dtype in (torch.bfloat16,) + ((torch.float16,) if M == ms[-1] else ()):
-            names = check_launch(name, packed, torch.randn(M, K, device=DEV, dtype=dtype), w)
-            if names:
-                assert grid_ran(names) == uneven_on(), names
+    check_grid_launch(name, N, K, ms, uneven_on(), rng)
 
 
 def test_matmul_stream_ks_uneven_off():
@@ -319,14 +313,7 @@ def test_matmul_stream_grid_first(name, N, K, ms, rng):
     11008 on 86, Q4_K 2560 -> 9727 on 76). Against gguf-py's dequantization, fp16 at the last M; the launch is the
     grid's (GZ) by torch.profiler where CUPTI is free, and not under GGUF_KERNELS_FAST_KS_PLAIN=1
     (test_matmul_stream_grid_first_off)."""
-    packed = random_packed(name, (N,), K, rng)
-    w = ref_dequant(packed, name).double()
-    off = os.environ.get("GGUF_KERNELS_FAST_KS_PLAIN") == "1"
-    for M in ms:
-        for dtype in (torch.bfloat16,) + ((torch.float16,) if M == ms[-1] else ()):
-            names = check_launch(name, packed, torch.randn(M, K, device=DEV, dtype=dtype), w)
-            if names:
-                assert grid_ran(names) != off, names
+    check_grid_launch(name, N, K, ms, os.environ.get("GGUF_KERNELS_FAST_KS_PLAIN") != "1", rng)
 
 
 def test_matmul_stream_grid_first_off():
@@ -525,6 +512,18 @@ def stream_args(name: str) -> dict[str, str]:
 def grid_ran(names: list[str]) -> bool:
     """Whether the grid K split (gemv_stream_kernel with GZ) is among the launched kernels."""
     return any(stream_args(n).get("GZ") == "true" for n in names)
+
+
+def check_grid_launch(name: str, N: int, K: int, ms: tuple, grid: bool, rng) -> None:
+    """check_launch on random N x K blocks of name at each M of ms (bf16, and fp16 at the last M), the grid K split
+    among the launched kernels exactly where `grid` (where CUPTI is free)."""
+    packed = random_packed(name, (N,), K, rng)
+    w = ref_dequant(packed, name).double()
+    for M in ms:
+        for dtype in (torch.bfloat16,) + ((torch.float16,) if M == ms[-1] else ()):
+            names = check_launch(name, packed, torch.randn(M, K, device=DEV, dtype=dtype), w)
+            if names:
+                assert grid_ran(names) == grid, names
 
 
 @pytest.mark.parametrize("M", [1, 2, 3, 8])

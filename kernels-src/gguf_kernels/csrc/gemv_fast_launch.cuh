@@ -811,16 +811,21 @@ KsGridPlan ks_grid_plan_units(int N, int K, int min_wpc, int max_groups, bool un
   }
   return best;
 }
-// Whether the plain MT-token launch takes M tokens of K on N rows (its records of all of K in each CTA), as
-// launch_stream_dense would choose it; bf16's registers stand for fp16's.
+// The plain MT-token launch's choice for N rows of K, as launch_stream_dense would make it (the launch rules ask it
+// before a call's arguments exist); bf16's registers stand for fp16's.
+template <int T, int MT>
+StreamChoice plain_choice(int N, int K) {
+  FastArgs a = {};
+  a.N = N;
+  a.K = K;
+  return dense_choice<T, __nv_bfloat16, MT>(a);
+}
+// Whether the plain MT-token launch takes M tokens of K on N rows (its records of all of K in each CTA).
 template <int T>
 bool stream_plain_takes(int N, int K, int M) {
   // rows_mis: the plain launch's MT = 2 form only (MT = 4 and 8 copy 16-byte pieces at one offset for all rows)
   if (M > 2 && !rows_fit<T>(K, packed_row_bytes<T>(K))) return false;
-  FastArgs a = {};
-  a.N = N;
-  a.K = K;
-  const auto takes = [&](auto mt) { return dense_choice<T, __nv_bfloat16, decltype(mt)::value>(a).WPC > 0; };
+  const auto takes = [&](auto mt) { return plain_choice<T, decltype(mt)::value>(N, K).WPC > 0; };
   return M <= 2 ? takes(std::integral_constant<int, 2>{}) : M <= 4 ? takes(std::integral_constant<int, 4>{})
                                                                      : takes(std::integral_constant<int, 8>{});
 }
@@ -835,10 +840,7 @@ bool stream_plain_takes(int N, int K, int M) {
 template <int T>
 bool stream_plain_idle(int N, int K) {
   if (T == Q4_0 || packed_row_bytes<T>(K) % 16) return false;
-  FastArgs a = {};
-  a.N = N;
-  a.K = K;
-  const StreamChoice c = dense_choice<T, __nv_bfloat16, 2>(a);
+  const StreamChoice c = plain_choice<T, 2>(N, K);
   const int idle = num_sms() - c.ctas;
   return c.WPC && (T == Q4_K || T == Q8_0 ? 8 * idle >= 3 * num_sms() : 4 * idle > num_sms());
 }
