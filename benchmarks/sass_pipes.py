@@ -1,0 +1,144 @@
+"""Each kernel's main loop counted by the pipe that issues its instructions, from the SASS, no GPU:
+
+    pip install nvidia-cuda-nvdisasm       # nvdisasm alone (PyPI), where the toolkit has none
+    python benchmarks/sass_pipes.py kernels-src/gguf_kernels/csrc/fast_iq4_xs.cu \
+        --kernel 'gemv_stream_kernelILi23E13__nv_bfloat16' [--mix] [--src OTHER_TREE/csrc]
+
+compiles the .cu as build_kernels.py does (its nvcc flags, sm_90a) into a cubin, or takes a .cubin,
+disassembles it, and prints for each kernel whose mangled name matches --kernel the instructions of its
+largest loop (the stage loop of the stream kernels) by pipe: ALU (LOP3, PRMT, SHF, ISETP, FSEL, ...:
+64 lanes a cycle an SM on Hopper), FMA (FFMA, FMUL, FADD, IMAD, VIADD, HADD2: IMAD at 64, the float
+ones at 128), CONV (I2F, F2I, I2FP, F2FP: 16), MMA, LDS and the rest; --mix adds the opcodes. A
+decode bound by issue shows as ALU well above FMA (NOTES.md v95: IQ4_XS 785 ALU to 251 FMA a stage
+of 32 mma at MT = 2, where MXFP4, at the same bits a weight and 1.3x its speed, has 564 to 376).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from gguf_quant.build_kernels import NVCC_FLAGS, arch_flags  # noqa: E402
+
+ALU = ("LOP3", "PRMT", "SHF", "ISETP", "FSETP", "FSEL", "SEL", "IADD3", "LEA", "MOV", "FMNMX", "VIMNMX",
+       "VIADDMNMX", "PLOP3", "BMSK", "SGXT", "IABS", "P2R", "R2P", "IMNMX")
+FMA = ("FFMA", "FMUL", "FADD", "IMAD", "VIADD", "HADD2", "HFMA2", "HMUL2")
+CONV = ("I2F", "F2I", "I2FP", "F2FP", "F2F")
+MMA = ("HMMA", "IMMA")
+
+
+def nvdisasm() -> str:
+    """nvdisasm from PATH, else from the nvidia-cuda-nvdisasm wheel in this Python's site-packages."""
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    for sub in ("cu13", "cu12", "cuda_nvdisasm"):
+        p = Path(sysconfig.get_paths()["purelib"]) / "nvidia" / sub / "bin" / "nvdisasm"
+        if p.exists():
+            return str(p)
+    sys.exit("nvdisasm not found: pip install nvidia-cuda-nvdisasm, or put the toolkit's on PATH")
+
+
+def cubin(path: Path, out_dir: str, arch: str) -> Path:
+    """path itself if a cubin, else path compiled with the build's flags."""
+    if path.suffix == ".cubin":
+        return path
+    out = Path(out_dir) / (path.stem + ".cubin")
+    subprocess.run(["nvcc", *NVCC_FLAGS, "-std=c++17", *arch_flags([arch]), "-cubin", "-o", str(out), str(path)],
+                   check=True)
+    return out
+
+
+def kernels(sass: str) -> dict[str, list[tuple[str, str]]]:
+    """Kernel name -> its lines in order: ("L", label) or ("I", instruction text)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    cur = None
+    for line in sass.splitlines():
+        m = re.match(r"^\.text\.(\S+):", line)
+        if m:
+            cur = out.setdefault(m.group(1), [])
+            continue
+        if cur is None:
+            continue
+        m = re.match(r"^(\.L_x_\d+):", line)
+        if m:
+            cur.append(("L", m.group(1)))
+            continue
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", line)
+        if m:
+            cur.append(("I", m.group(1)))
+    return out
+
+
+def largest_loop(body: list[tuple[str, str]]) -> list[str]:
+    """The instructions from a label to the last backward branch to it, the longest such range."""
+    labels, ins = {}, []
+    for kind, text in body:
+        if kind == "L":
+            labels[text] = len(ins)
+        else:
+            ins.append(text)
+    best = (0, -1)
+    for i, text in enumerate(ins):
+        m = re.search(r"BRA\S*\s.*`\((\.L_x_\d+)\)", text)
+        if m and labels.get(m.group(1), i + 1) <= i and i - labels[m.group(1)] > best[1] - best[0]:
+            best = (labels[m.group(1)], i)
+    return ins[best[0]:best[1] + 1]
+
+
+def short_name(mangled: str) -> str:
+    """The kernel's template as c++filt writes it, without namespaces and arguments (mangled without c++filt)."""
+    if not shutil.which("c++filt"):
+        return mangled
+    full = subprocess.run(["c++filt", mangled], capture_output=True, text=True).stdout.strip()
+    m = re.search(r"(\w+<.*?>)\(", full)
+    return m.group(1) if m else full
+
+
+def opcode(text: str) -> str:
+    return re.sub(r"^@!?U?P\w+\s+", "", text).split()[0]
+
+
+def pipe(op: str) -> str:
+    base = op.split(".")[0]
+    for name, ops in (("ALU", ALU), ("FMA", FMA), ("CONV", CONV), ("MMA", MMA)):
+        if base in ops:
+            return name
+    return "LDS" if base.startswith("LDS") else "other"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("file", type=Path, help=".cu (compiled here) or .cubin")
+    p.add_argument("--kernel", default=".", help="regex on the mangled kernel name")
+    p.add_argument("--src", type=Path, default=None, help="compile the .cu of this name from another csrc folder")
+    p.add_argument("--arch", default="9.0a")
+    p.add_argument("--mix", action="store_true", help="also print the loop's opcodes")
+    args = p.parse_args(argv)
+    path = args.src / args.file.name if args.src else args.file
+    with tempfile.TemporaryDirectory() as tmp:
+        sass = subprocess.run([nvdisasm(), "-c", str(cubin(path, tmp, args.arch))], check=True,
+                              capture_output=True, text=True).stdout
+    cols = ("ALU", "FMA", "CONV", "MMA", "LDS", "other")
+    print(f"| kernel | loop | {' | '.join(cols)} |")
+    print("| --- | ---: |" + " ---: |" * len(cols))
+    for name, body in kernels(sass).items():
+        if not re.search(args.kernel, name):
+            continue
+        ops = [opcode(t) for t in largest_loop(body)]
+        by_pipe = collections.Counter(pipe(o) for o in ops)
+        print(f"| {short_name(name)} | {len(ops)} | " + " | ".join(str(by_pipe[c]) for c in cols) + " |")
+        if args.mix:
+            print("  " + " ".join(f"{o}:{n}" for o, n in collections.Counter(ops).most_common()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
