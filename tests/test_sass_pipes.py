@@ -1,0 +1,41 @@
+"""benchmarks/sass_pipes.py's reading of nvdisasm's output (NOTES.md session 63), on a kernel disassembled by
+NVIDIA's nvdisasm (tests/data/saxpy_loop_sm90a.sass, its source in the file's header), counted here by hand."""
+import collections
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("sass_pipes", ROOT / "benchmarks" / "sass_pipes.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_largest_loop_by_pipe():
+    """The stage loop is the range from label .L_x_3 to its backward branch (16 instructions), not the longer
+    straight code around it nor the one-instruction trap loop `.L_x_4: BRA .L_x_4` at the end; by pipe: 8 ALU
+    (2 MOV, 2 IADD3, IADD3.X, ISETP, SHF, LOP3), 5 FMA (2 IMAD.MOV, VIADD, IMAD.X, FFMA), 3 other (2 LDG, BRA);
+    the I2FP after the loop is not in it."""
+    tool = load_tool()
+    sass = (ROOT / "tests" / "data" / "saxpy_loop_sm90a.sass").read_text()
+    kernels = tool.kernels(sass)
+    assert list(kernels) == ["_Z10saxpy_loopPKfPfPKji"]
+    loop = tool.largest_loop(kernels["_Z10saxpy_loopPKfPfPKji"])
+    ops = [tool.opcode(t) for t in loop]
+    assert len(ops) == 16
+    assert ops[0] == "IMAD.MOV.U32" and ops[-1] == "BRA"
+    assert collections.Counter(tool.pipe(o) for o in ops) == {"ALU": 8, "FMA": 5, "other": 3}
+
+
+def test_pipe_names():
+    """Opcodes with their modifiers, as nvdisasm prints them (a predicate stripped first)."""
+    tool = load_tool()
+    assert tool.opcode("@!P0 BRA `(.L_x_3)") == "BRA"
+    assert tool.opcode("@P1 LDGSTS.E.BYPASS.128 [R17+-0x1100], desc[UR8][R12.64]") == "LDGSTS.E.BYPASS.128"
+    cases = {"PRMT": "ALU", "SHF.R.U32.HI": "ALU", "ISETP.NE.AND": "ALU", "IMAD.HI.U32": "FMA", "HADD2.F32": "FMA",
+             "I2FP.F32.S32": "CONV", "I2F.S8": "CONV", "HMMA.16816.F32": "MMA", "IMMA.16832.U8.S8": "MMA",
+             "LDS.128": "LDS", "LDGSTS.E.BYPASS.128": "other"}
+    assert {op: tool.pipe(op) for op in cases} == cases
