@@ -792,22 +792,22 @@ KsGridPlan ks_grid_plan_units(int N, int K, int min_wpc, int max_groups, bool un
   int64_t best_chain = 0;
   for (int Z : {2, 4, 8}) {
     if (!ks_grid_slices<T>(nch, Z, uneven)) continue;
-    const int sch = (nch + Z - 1) / Z;
-    const size_t recs = stream_recs_end(MT * stream_rec_stride<T, MT>(sch * L::CE), true);
+    KsGridPlan p;
+    p.slices(nch, Z);
+    const size_t recs = stream_recs_end(MT * stream_rec_stride<T, MT>(p.sch * L::CE), true);
     const size_t per_warp = 2 * (2 * MT * stream_rs<T, MT, false>() + kStageBarBytes);
-    int WPC = 16;
-    while (WPC >= min_wpc && std::max(recs + WPC * per_warp, one_cta_an_sm_smem()) > stream_smem_cap()) --WPC;
-    if (WPC < min_wpc || ks_groups_a_thread<T>(sch, WPC) > max_groups) continue;
-    const int ctas = num_sms() / Z;
-    const int64_t chain = (int64_t)((units + ctas * WPC - 1) / (ctas * WPC)) * sch;
+    const auto smem = [&](int WPC) { return std::max(recs + WPC * per_warp, one_cta_an_sm_smem()); };
+    p.WPC = 16;
+    while (p.WPC >= min_wpc && smem(p.WPC) > stream_smem_cap()) --p.WPC;
+    if (p.WPC < min_wpc || ks_groups_a_thread<T>(p.sch, p.WPC) > max_groups) continue;
+    p.ctas = num_sms() / Z;
+    const int64_t chain = (int64_t)((units + p.ctas * p.WPC - 1) / (p.ctas * p.WPC)) * p.sch;
     if (best.Z && chain >= best_chain) continue;
     best_chain = chain;
-    best.slices(nch, Z);
-    best.WPC = WPC;
-    best.ctas = ctas;
-    best.smem = std::max(recs + WPC * per_warp, one_cta_an_sm_smem());
-    best.part_bytes = (size_t)units * Z * kKsSums * 4;
-    best.units = true;
+    p.smem = smem(p.WPC);
+    p.part_bytes = (size_t)units * Z * kKsSums * 4;
+    p.units = true;
+    best = p;
   }
   return best;
 }
