@@ -59,6 +59,18 @@ def test_gguf_save_reload_is_byte_identical(smollm2_path, tmp_path):
     assert torch.equal(_logits(model), _logits(reloaded))
 
 
+def test_loaded_model_deep_copies(llama_source):
+    """`copy.deepcopy` of a GGUF-loaded model (its quantizer holds the file's memory map): an
+    independent copy with the same packed weights and logits."""
+    import copy
+
+    model = _gguf(llama_source, dtype=torch.float32)
+    twin = copy.deepcopy(model)
+    _assert_same_packed(model, twin)
+    assert twin.model.layers[0].mlp.down_proj.weight.data_ptr() != model.model.layers[0].mlp.down_proj.weight.data_ptr()
+    assert torch.equal(_logits(model), _logits(twin))
+
+
 @pytest.mark.parametrize("arch, qtype", [("qwen3moe", "Q4_0"), ("gpt-oss", "MXFP4_MOE")])
 def test_moe_gguf_save_reload_is_byte_identical(arch, qtype, tmp_path):
     path = write_tiny(tmp_path / "moe.gguf", arch, qtype, Shape(experts=4, ff_exp=64, window=4), tied=False)

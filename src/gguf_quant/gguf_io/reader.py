@@ -71,6 +71,11 @@ class GgufFile:
     def architecture(self) -> str:
         return self.metadata["general.architecture"]
 
+    def __deepcopy__(self, memo) -> "GgufFile":
+        # `copy.deepcopy(model)` reaches this through the model's quantizer; an mmap cannot be
+        # copied, and need not be: the mapping is copy-on-write and only read, so copies share it.
+        return self
+
     @property
     def tensor_bytes(self) -> int:
         return sum(t.nbytes for t in self.tensors.values())
