@@ -8,7 +8,11 @@ profiler and a second table splits a decoded token's time: the GPU time of each 
 attention, inductor's fused kernels, ...) and what is left of the token's wall time, when the GPU waits
 on the host (transformers' step between two graph replays).
 
+With `--stacking both`, the model is timed twice in one run, its q/k/v and gate/up projections each
+run as their own matmul, then stacked into one (`gguf_quant.fusion`, the default).
+
     python benchmarks/bench_decode.py model.gguf [--llama-bench BIN] [--new-tokens 128] [--profile]
+        [--stacking on|off|both]
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.generation.streamers import BaseStreamer
 
-import gguf_quant  # noqa: F401  (registers the plugin)
+from gguf_quant import GgufQuantizeConfig  # (importing it registers the plugin)
 
 
 class TokenTimes(BaseStreamer):
@@ -98,6 +102,29 @@ def profile_decode(model, prompt, new_tokens: int) -> None:
               f"{e.self_device_time_total / tokens:.0f} |")
 
 
+def measure(path: Path, prompt_tokens: int, new_tokens: int, stack: bool):
+    """Load `path` packed on the GPU (its sibling projections stacked or not), then time a prefill
+    and greedy decode. Returns (model, prompt ids, load s, prefill s, decode tok/s)."""
+    load = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.bfloat16, device_map="cuda",
+        quantization_config=GgufQuantizeConfig(gguf_file=path.name, fuse_siblings=stack),
+    )
+    load = time.perf_counter() - load
+    vocab = model.config.get_text_config().vocab_size
+    ids = torch.randint(100, vocab - 100, (1, prompt_tokens), device="cuda")
+    with torch.no_grad():
+        model(ids[:, :8])  # warm-up: kernels resolved, caches allocated
+        prefill = min(timed(lambda: model(ids)) for _ in range(3))
+        # Decode rate from per-token timestamps, over a generate call whose static cache (and so
+        # compiled graph) has the same size as the warm-up's: a new cache size recompiles.
+        for _ in range(2):
+            stamps = generate_stamps(model, ids[:, :16], new_tokens)
+    skip = 8  # the prompt and the first tokens, which include any last-minute capture
+    decode = (len(stamps.times) - 1 - skip) / (stamps.times[-1] - stamps.times[skip])
+    return model, ids, load, prefill, decode
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("gguf", type=Path)
@@ -105,27 +132,21 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--llama-bench", type=Path)
     p.add_argument("--profile", action="store_true", help="split a decoded token's time by kind of kernel")
+    p.add_argument("--stacking", choices=("on", "off", "both"), default="on",
+                   help="q/k/v and gate/up as one matmul each (GgufQuantizeConfig.fuse_siblings); both: a row each")
     args = p.parse_args()
 
-    load = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(
-        str(args.gguf.parent), gguf_file=args.gguf.name, dtype=torch.bfloat16, device_map="cuda"
-    )
-    load = time.perf_counter() - load
-    vocab = model.config.get_text_config().vocab_size
-    ids = torch.randint(100, vocab - 100, (1, args.prompt_tokens), device="cuda")
-    with torch.no_grad():
-        model(ids[:, :8])  # warm-up: kernels resolved, caches allocated
-        prefill = min(timed(lambda: model(ids)) for _ in range(3))
-        # Decode rate from per-token timestamps, over a generate call whose static cache (and so
-        # compiled graph) has the same size as the warm-up's: a new cache size recompiles.
-        for _ in range(2):
-            stamps = generate_stamps(model, ids[:, :16], args.new_tokens)
-    skip = 8  # the prompt and the first tokens, which include any last-minute capture
-    decode = (len(stamps.times) - 1 - skip) / (stamps.times[-1] - stamps.times[skip])
-    rows = [
-        f"| gguf-quant + transformers (bf16, static cache, compiled) | {args.prompt_tokens / prefill:.0f} | {decode:.1f} |"
-    ]
+    rows, loads = [], []
+    for stack in {"on": (True,), "off": (False,), "both": (False, True)}[args.stacking]:
+        if rows:
+            del model
+            torch._dynamo.reset()
+            torch.cuda.empty_cache()
+        model, ids, load, prefill, decode = measure(args.gguf, args.prompt_tokens, args.new_tokens, stack)
+        how = "q/k/v, gate/up stacked" if stack else "every projection its own matmul"
+        rows.append(f"| gguf-quant + transformers (bf16, static cache, compiled; {how}) | "
+                    f"{args.prompt_tokens / prefill:.0f} | {decode:.1f} |")
+        loads.append(f"{load:.1f} s")
     if args.llama_bench:
         out = subprocess.run(
             [str(args.llama_bench), "-m", str(args.gguf), "-ngl", "99", "-fa", "1", "-p", str(args.prompt_tokens),
@@ -136,7 +157,7 @@ def main() -> None:
         pp = next(r["avg_ts"] for r in results if r["n_prompt"] > 0)
         tg = next(r["avg_ts"] for r in results if r["n_gen"] > 0)
         rows.append(f"| llama.cpp llama-bench (CUDA, flash attention) | {pp:.0f} | {tg:.1f} |")
-    print(f"{args.gguf.name}: loaded packed in {load:.1f} s\n")
+    print(f"{args.gguf.name}: loaded packed in {', '.join(loads)}\n")
     print(f"| runtime | pp{args.prompt_tokens} tok/s | tg tok/s |\n| --- | ---: | ---: |")
     print("\n".join(rows))
     if args.profile:

@@ -69,3 +69,28 @@ def test_smollm2_bf16_on_gpu(smollm2_path):
     gpu, _ = _logits(smollm2_path, "cuda", torch.bfloat16)
     assert (gpu.argmax(-1) == cpu.argmax(-1)).float().mean() >= 0.9
     assert (gpu - cpu).norm() / cpu.norm() < 0.05
+
+
+def test_stacked_siblings_on_gpu(smollm2_path):
+    """A CUDA load stacks q/k/v and gate/up (one kernel launch each): the logits of the same model
+    loaded unstacked, and, moved to the CPU and back, stacked again on the device."""
+    from gguf_quant import GgufQuantizeConfig
+
+    def load(fuse):
+        cfg = GgufQuantizeConfig(gguf_file=smollm2_path.name, fuse_siblings=fuse)
+        return AutoModelForCausalLM.from_pretrained(
+            str(smollm2_path.parent), gguf_file=smollm2_path.name, dtype=torch.bfloat16, device_map="cuda", quantization_config=cfg
+        )
+
+    ids = torch.tensor([IDS], device="cuda")
+    stacked, plain = load(True), load(False)
+    q = stacked.model.layers[0].self_attn.q_proj
+    assert q.group.fused.is_cuda and q.group._holds(q) and plain.model.layers[0].self_attn.q_proj.group is None
+    with torch.no_grad():
+        ref, out = plain(ids).logits.float(), stacked(ids).logits.float()
+        assert (out - ref).norm() / ref.norm() < 1e-2
+        stacked.to("cpu").to("cuda")
+        assert q.group.fused.is_cuda and q.group._holds(q)
+        again = stacked(ids).logits.float()
+    assert (again - ref).norm() / ref.norm() < 1e-2
+    assert stacked.generate(ids[:, :4], max_new_tokens=8, do_sample=False).shape == (1, 12)

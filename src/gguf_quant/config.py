@@ -24,6 +24,9 @@ class GgufQuantizeConfig(QuantizationConfigMixin):
         dequantize: unpack every weight at load into a plain dense model.
         module_types: `{module name: ggml type name}` of every packed module; written by
             `save_pretrained` so a reload rebuilds the same modules.
+        fuse_siblings: run a layer's q/k/v projections (and its gate/up) that share a ggml
+            type as one matmul over their stacked rows (`gguf_quant.fusion`): one kernel launch
+            instead of two or three, same weights and memory.
     """
 
     def __init__(
@@ -33,6 +36,7 @@ class GgufQuantizeConfig(QuantizationConfigMixin):
         modules_to_not_convert: list[str] | None = None,
         dequantize: bool = False,
         module_types: dict[str, str] | None = None,
+        fuse_siblings: bool = True,
         **kwargs: Any,
     ):
         self.quant_method = QuantizationMethod.GGUF
@@ -41,6 +45,7 @@ class GgufQuantizeConfig(QuantizationConfigMixin):
         self.modules_to_not_convert = list(modules_to_not_convert or [])
         self.dequantize = dequantize
         self.module_types = dict(module_types or {})
+        self.fuse_siblings = fuse_siblings
 
     def skips(self, module_name: str) -> bool:
         """Whether the user asked for this module to stay unpacked."""

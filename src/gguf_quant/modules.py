@@ -32,16 +32,28 @@ class GgufLinear(nn.Module):
         self.weight = packed_parameter((out_features,), in_features, qtype, device)
         # GGUF stores biases as plain float tensors, so the bias stays an ordinary parameter.
         self.bias = nn.Parameter(torch.empty(out_features, device=device, dtype=dtype), requires_grad=False) if bias else None
+        # set by `fusion.RowGroup` when this module's rows are stacked with its siblings'
+        self.group = None
+        self.group_slot = 0
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.group is not None and self.group.fused is not None:
+            return self.group.output(self.group_slot, x)
         out = ops.run_matmul(x.reshape(-1, self.in_features), self.weight, self.qtype)
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)
 
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        if self.group is not None:
+            self.group.after_apply(self)
+        return self
+
     def extra_repr(self) -> str:
         t = ggml_type(self.qtype).name
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, type={t}"
+        stacked = f", stacked={'/'.join(self.group.names)}" if self.group is not None and self.group.fused is not None else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, type={t}{stacked}"
 
 
 class GgufEmbedding(nn.Module):

@@ -15,6 +15,7 @@ from transformers.quantizers.base import HfQuantizer
 from . import archs
 from .archs.conversions import NormPlusOne, Quantize, Unpack
 from .config import GgufQuantizeConfig
+from .fusion import fuse_siblings, unshared_state_dict
 from .ggml.dequant import DEQUANTIZABLE_TYPES
 from .ggml.types import ggml_type
 from .gguf_io.hub import fetch_missing_shards
@@ -205,6 +206,8 @@ class GGUFQuantizer(HfQuantizer):
             # Nor the layout changes made before quantizing: the saved blocks stay in llama.cpp's layout.
             model._weight_conversions = [c for c in model._weight_conversions or [] if c not in self.transforms]
         if not self.legacy:
+            if self.quantization_config.fuse_siblings:
+                fuse_siblings(model)
             logger.info(f"{self.report}\ngguf_quant: loaded in {time.perf_counter() - self._started:.1f} s")
             if self.report.unpacked:
                 logger.warning(str(self.report))
@@ -219,6 +222,10 @@ class GGUFQuantizer(HfQuantizer):
         factors = getattr(text, "rope_freq_factors", None)
         if factors is not None and text.rope_parameters.get("rope_type", "default") == "default":
             archs.apply_rope_factors(model, factors)
+
+    def get_state_dict_and_metadata(self, model):
+        # stacked sibling weights share one buffer: handed over as host copies, not device clones
+        return unshared_state_dict(model), {}
 
     # --- capabilities -------------------------------------------------------------------------
 

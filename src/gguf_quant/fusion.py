@@ -1,0 +1,151 @@
+"""Sibling projections that read one input (an attention's q/k/v, an MLP's gate/up) run as one
+packed matmul over their rows stacked: one launch where the model makes two or three calls.
+
+ggml rows are independent (a row's blocks hold everything its dot product needs), so stacking the
+members' packed weights along N is exact. Each member keeps its own `weight` parameter, now a view
+of its rows in the group's buffer, so the state dict, `save_pretrained` and `save_gguf` see the
+same tensors as before and no memory is added. The first member called with an input computes every
+member's output and leaves each sibling its part; a sibling called with that same tensor (by
+identity) takes it, and one called with any other input computes afresh, so an unusual call order
+or a cross-attention input costs time, never a wrong result.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+from itertools import accumulate
+
+import torch
+from torch import Tensor, nn
+
+from . import ops
+from .modules import GgufLinear
+
+__all__ = ["RowGroup", "SIBLINGS", "fuse_siblings", "unshared_state_dict"]
+
+logger = logging.getLogger("gguf_quant")
+
+# Child names that transformers' decoder layers call on one tensor (any of them may come first).
+SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+class RowGroup:
+    """Packed linears of one type and input width whose weights are views of one buffer."""
+
+    def __init__(self, members: list[GgufLinear], names: list[str], cpu: bool = False):
+        self.members, self.names, self.cpu = members, names, cpu
+        self.qtype = members[0].qtype
+        self.in_features = members[0].in_features
+        ends = list(accumulate(m.out_features for m in members))
+        self.spans = list(zip([0, *ends[:-1]], ends))
+        self.fused: Tensor | None = None
+        self.pending: list[tuple[Tensor, Tensor] | None] = [None] * len(members)
+        for slot, m in enumerate(members):
+            m.group, m.group_slot = self, slot
+        self.stack()
+
+    def stack(self) -> None:
+        """Copy the members' rows into one buffer and point each member's weight at its rows;
+        left unstacked (each member on its own) while they are not all on one device, or are on
+        the CPU without `cpu`: there a load keeps the blocks in the file's mapping, which a copy
+        would give up for a launch count that matters little to the CPU."""
+        self.fused, self.pending = None, [None] * len(self.members)
+        devices = {m.weight.device for m in self.members}
+        kind = devices.pop().type if len(devices) == 1 else "several"
+        if kind in ("several", "meta") or (kind == "cpu" and not self.cpu):
+            return
+        fused = torch.cat([m.weight.detach() for m in self.members])
+        for m, (a, b) in zip(self.members, self.spans):
+            m.weight.data = fused[a:b]
+        self.fused = fused
+
+    def _holds(self, member: GgufLinear) -> bool:
+        a, _ = self.spans[member.group_slot]
+        w, f = member.weight, self.fused
+        return w.device == f.device and w.data_ptr() == f.data_ptr() + a * f.stride(0)
+
+    def after_apply(self, member: GgufLinear) -> None:
+        """`module._apply` (`.to()`, `.cuda()`, casts) visits the members one by one: a move
+        copies each weight on its own, so the buffer is dropped, and built again once every
+        member has arrived. A cast leaves uint8 blocks as they are, and the buffer with them."""
+        if self.fused is not None and not self._holds(member):
+            self.fused, self.pending = None, [None] * len(self.members)
+        if self.fused is None:
+            self.stack()
+
+    def __deepcopy__(self, memo) -> "RowGroup":
+        # Parameters deep-copy as clones, each on its own, so the copy's members hold separate
+        # weights: its group starts unstacked, and any `.to()` of the copy stacks it again.
+        twin = copy.copy(self)
+        memo[id(self)] = twin
+        twin.members, twin.names = copy.deepcopy(self.members, memo), list(self.names)
+        twin.fused, twin.pending = None, [None] * len(self.members)
+        return twin
+
+    def output(self, slot: int, x: Tensor) -> Tensor:
+        """Member `slot`'s output for `x`: left by a sibling's call on this very tensor, or
+        computed here with every sibling's, which are left for them."""
+        held = self.pending[slot]
+        if held is not None:
+            self.pending[slot] = None
+            if held[0] is x:
+                return held[1]
+        y = ops.run_matmul(x.reshape(-1, self.in_features), self.fused, self.qtype)
+        outs = []
+        for m, (a, b) in zip(self.members, self.spans):
+            o = y[:, a:b]
+            if m.bias is not None:
+                o = o + m.bias.to(o.dtype)
+            outs.append(o.reshape(*x.shape[:-1], b - a))
+        for i, o in enumerate(outs):
+            if i != slot:
+                self.pending[i] = (x, o)
+        return outs[slot]
+
+
+def _fusable(members: list[GgufLinear]) -> bool:
+    first = members[0]
+    return all(
+        m.group is None
+        and m.qtype == first.qtype
+        and m.in_features == first.in_features
+        # an accelerate hook may offload or move the weight on its own at each call
+        and getattr(m, "_hf_hook", None) is None
+        for m in members
+    )
+
+
+def fuse_siblings(model: nn.Module, cpu: bool = False) -> list[RowGroup]:
+    """Group the `SIBLINGS` children of each module that share a ggml type and input width
+    (q/k/v all of one type: the three; q and k alike but v not, as in llama.cpp's Q4_K_M: q/k),
+    stacked wherever they sit on one accelerator (with `cpu`, on the CPU too)."""
+    groups = []
+    for module in model.modules():
+        for names in SIBLINGS:
+            alike: dict[tuple[int, int], list[str]] = {}
+            for n in names:
+                m = getattr(module, n, None)
+                if type(m) is GgufLinear:
+                    alike.setdefault((m.qtype, m.in_features), []).append(n)
+            for run in alike.values():
+                members = [getattr(module, n) for n in run]
+                if len(run) > 1 and _fusable(members):
+                    groups.append(RowGroup(members, run, cpu))
+    stacked = [g for g in groups if g.fused is not None]
+    if stacked:
+        kinds = ", ".join(sorted({"/".join(g.names) for g in stacked}))
+        logger.info(f"gguf_quant: {len(stacked)} groups of sibling projections run as one matmul each ({kinds})")
+    return groups
+
+
+def unshared_state_dict(model: nn.Module) -> dict[str, Tensor]:
+    """The state dict with each stacked weight copied to the host: its rows share the group's
+    buffer, which transformers' `save_pretrained` would otherwise clone on the device."""
+    state = model.state_dict()
+    for name, t in state.items():
+        if name.endswith(".weight") and t.device.type != "cpu":
+            module = model.get_submodule(name[: -len(".weight")])
+            group = getattr(module, "group", None)
+            if group is not None and group.fused is not None:
+                state[name] = t.cpu()
+    return state
