@@ -83,7 +83,11 @@ def test_stacked_siblings_on_gpu(smollm2_path):
         )
 
     ids = torch.tensor([IDS], device="cuda")
-    stacked, plain = load(True), load(False)
+    start = torch.cuda.memory_allocated()
+    stacked = load(True)
+    held = torch.cuda.memory_allocated()
+    plain = load(False)
+    assert held - start <= torch.cuda.memory_allocated() - held  # the stacked buffers add nothing
     q = stacked.model.layers[0].self_attn.q_proj
     assert q.group.fused.is_cuda and q.group._holds(q) and plain.model.layers[0].self_attn.q_proj.group is None
     with torch.no_grad():

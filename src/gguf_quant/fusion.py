@@ -132,6 +132,9 @@ def fuse_siblings(model: nn.Module, cpu: bool = False) -> list[RowGroup]:
                 if len(run) > 1 and _fusable(members):
                     groups.append(RowGroup(members, run, cpu))
     stacked = [g for g in groups if g.fused is not None]
+    if any(g.fused.is_cuda for g in stacked):
+        # the members' separate blocks, freed as each group stacked, go back to the device
+        torch.cuda.empty_cache()
     if stacked:
         kinds = ", ".join(sorted({"/".join(g.names) for g in stacked}))
         logger.info(f"gguf_quant: {len(stacked)} groups of sibling projections run as one matmul each ({kinds})")
