@@ -302,7 +302,7 @@ def test_matmul_stream_ks_uneven_off():
 
 
 GRID_FIRST = [("Q6_K", 11007, 4096, (2, 3, 4)), ("Q6_K", 8192, 8192, (2,)), ("Q8_0", 5120, 17408, (2,)),
-              ("Q5_K", 11008, 4096, (2,)), ("Q4_K", 9727, 2560, (2,))]
+              ("Q5_K", 11008, 4096, (2, 4)), ("Q4_K", 9727, 2560, (2,))]
 
 
 @pytest.mark.parametrize("name, N, K, ms", GRID_FIRST)
@@ -310,7 +310,8 @@ def test_matmul_stream_grid_first(name, N, K, ms, rng):
     """The grid K split before a plain launch that takes the case (v92): Q6_K from 2^25 elements at M = 2..4 (at M = 2
     up to 2^26; 4096 -> 11007, the last unit a row short; 8192 -> 8192), and at M = 2 where the plain MT = 2 launch
     leaves SMs without a CTA (stream_plain_idle: Q8_0 17408 -> 5120, two rounds of 8 warps on 80 CTAs; Q5_K 4096 ->
-    11008 on 86, Q4_K 2560 -> 9727 on 76). Against gguf-py's dequantization, fp16 at the last M; the launch is the
+    11008 on 86, Q4_K 2560 -> 9727 on 76), and Q5_K at M = 4 from 2^25 elements (v100). Against gguf-py's
+    dequantization, fp16 at the last M; the launch is the
     grid's (GZ) by torch.profiler where CUPTI is free, and not under GGUF_KERNELS_FAST_KS_PLAIN=1
     (test_matmul_stream_grid_first_off)."""
     check_grid_launch(name, N, K, ms, os.environ.get("GGUF_KERNELS_FAST_KS_PLAIN") != "1", rng)

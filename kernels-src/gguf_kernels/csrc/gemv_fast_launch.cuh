@@ -700,12 +700,16 @@ constexpr bool ks_grid_auto(int N, int K) {
 // M = 3, 4 time there (Q6_K 4096 -> 128256: 151 us at M = 8 in session 56's table, the grid 171). v92 (session 62,
 // main -> grid, us): Q6_K from 2^25 elements, at M = 3, 4 4096 -> 11008 27.9 -> 16.8, 4096 -> 12288 28.0 -> 17.7, 4096
 // -> 14336 28.4 -> 21.9, 8192 -> 8192 29.7 -> 20.7, and at M = 2 by 3-19% (14336 -> 4096 22.5 -> 18.2); not on 2048 ->
-// 8192 (16.8 M, +1.0), nor at M = 2 on rows that are not 16-byte multiples (3072 -> 16384 23.1 -> 28.3).
+// 8192 (16.8 M, +1.0), nor at M = 2 on rows that are not 16-byte multiples (3072 -> 16384 23.1 -> 28.3). v100 (the same
+// call's forced grid, main -> grid, us): Q5_K at M = 4 from 2^25 elements too, 4096 -> 11008 16.1 -> 15.7, 4096 -> 12288
+// 16.8 -> 16.1, 4096 -> 14336 20.2 -> 19.5, 8192 -> 8192 22.5 -> 21.3; not at M = 3 (-0.8 to +0.35 us), nor on
+// 2048 -> 8192 (+1.2).
 template <int T>
 constexpr bool ks_units_first(int N, int K, int M) {
   const long long n = (long long)N * K;
   if (M > 4) return false;
-  if (n <= (1LL << 26)) return T == Q6_K && n > (1LL << 25) && (M > 2 || packed_row_bytes<T>(K) % 16 == 0);
+  if (n <= (1LL << 26))
+    return n > (1LL << 25) && ((T == Q6_K && (M > 2 || packed_row_bytes<T>(K) % 16 == 0)) || (T == Q5_K && M == 4));
   if (M >= 3) return T != Q4_0 && T != Q8_0;
   return T == MXFP4 || T == IQ4_XS || (K >= 24576 && (T == Q4_K || T == Q5_K || (T == Q4_0 && N >= 8192)));
 }
