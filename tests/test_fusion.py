@@ -10,7 +10,7 @@ from gguf.quants import quantize as np_quantize
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from gguf_quant import GgufQuantizeConfig, ops
+from gguf_quant import GgufQuantizeConfig, ops, save_gguf
 from gguf_quant.fusion import fuse_siblings
 from gguf_quant.ggml.types import ggml_type
 from gguf_quant.modules import GgufLinear
@@ -216,3 +216,13 @@ def test_saved_stacked_model_reloads_byte_identical(tmp_path):
     for name, p in theirs.items():
         assert torch.equal(mine[name], p), name
     torch.testing.assert_close(_logits(back), _logits(plain), rtol=1e-5, atol=1e-5)
+
+
+def test_stacked_model_exports_the_same_gguf(tmp_path):
+    """`save_gguf` reads each member's weight (a view of its rows): the same file as the unstacked model's."""
+    path = write_tiny(tmp_path / "m.gguf", "llama", "Q4_0", tied=False)
+    plain, stacked = _load(path), _load(path)
+    fuse_siblings(stacked, cpu=True)
+    save_gguf(plain, tmp_path / "plain.gguf")
+    save_gguf(stacked, tmp_path / "stacked.gguf")
+    assert (tmp_path / "plain.gguf").read_bytes() == (tmp_path / "stacked.gguf").read_bytes()
