@@ -226,3 +226,16 @@ def test_stacked_model_exports_the_same_gguf(tmp_path):
     save_gguf(plain, tmp_path / "plain.gguf")
     save_gguf(stacked, tmp_path / "stacked.gguf")
     assert (tmp_path / "plain.gguf").read_bytes() == (tmp_path / "stacked.gguf").read_bytes()
+
+
+def test_replaced_weights_are_stacked_again():
+    """A member whose weight is replaced (`load_state_dict(assign=True)`) is never served from the old buffer."""
+    parent, dense = _attention()
+    fuse_siblings(parent, cpu=True)
+    fresh, dense["k_proj"] = _linear(32, 96, "Q8_0")
+    parent.load_state_dict({"k_proj.weight": fresh.weight}, strict=False, assign=True)
+    x = torch.randn(4, 96)
+    for name in ("q_proj", "k_proj", "v_proj"):
+        ref = _expected(parent, dense, name, x)
+        assert (getattr(parent, name)(x).double() - ref).norm() / ref.norm() < 1e-5, name
+    assert parent.k_proj.group._holds(parent.k_proj)

@@ -90,6 +90,11 @@ class RowGroup:
             self.pending[slot] = None
             if held[0] is x:
                 return held[1]
+        if not torch.compiler.is_compiling() and not all(self._holds(m) for m in self.members):
+            # a member's weight was replaced (`load_state_dict(assign=True)`, `.data =`): stack its rows as they are now
+            self.stack()
+            if self.fused is None:
+                return self.members[slot].own_forward(x)
         y = ops.run_matmul(x.reshape(-1, self.in_features), self.fused, self.qtype)
         outs = []
         for m, (a, b) in zip(self.members, self.spans):

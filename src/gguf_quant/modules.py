@@ -39,6 +39,10 @@ class GgufLinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if self.group is not None and self.group.fused is not None:
             return self.group.output(self.group_slot, x)
+        return self.own_forward(x)
+
+    def own_forward(self, x: Tensor) -> Tensor:
+        """This module's product alone, whether or not it is stacked with siblings."""
         out = ops.run_matmul(x.reshape(-1, self.in_features), self.weight, self.qtype)
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
