@@ -228,14 +228,24 @@ def test_stacked_model_exports_the_same_gguf(tmp_path):
     assert (tmp_path / "plain.gguf").read_bytes() == (tmp_path / "stacked.gguf").read_bytes()
 
 
-def test_replaced_weights_are_stacked_again():
-    """A member whose weight is replaced (`load_state_dict(assign=True)`) is never served from the old buffer."""
+@pytest.mark.parametrize("how", ["load_state_dict", "data"])
+def test_replaced_weights_are_stacked_again(how):
+    """A member whose weight is replaced (`load_state_dict(assign=True)`, in a compiled forward too; `.data =`,
+    eagerly) is never served from the old buffer."""
     parent, dense = _attention()
     fuse_siblings(parent, cpu=True)
-    fresh, dense["k_proj"] = _linear(32, 96, "Q8_0")
-    parent.load_state_dict({"k_proj.weight": fresh.weight}, strict=False, assign=True)
     x = torch.randn(4, 96)
-    for name in ("q_proj", "k_proj", "v_proj"):
-        ref = _expected(parent, dense, name, x)
-        assert (getattr(parent, name)(x).double() - ref).norm() / ref.norm() < 1e-5, name
+    compiled = torch.compile(lambda x: [parent.q_proj(x), parent.k_proj(x), parent.v_proj(x)], fullgraph=True,
+                             backend="eager")
+    compiled(x)
+    fresh, dense["k_proj"] = _linear(32, 96, "Q8_0")
+    if how == "data":
+        parent.k_proj.weight.data = fresh.weight.data
+    else:
+        parent.load_state_dict({"k_proj.weight": fresh.weight}, strict=False, assign=True)
+        assert parent.k_proj.group._holds(parent.k_proj)
+    for outs in [[getattr(parent, n)(x) for n in ("q_proj", "k_proj", "v_proj")]] + ([compiled(x)] if how != "data" else []):
+        for name, out in zip(("q_proj", "k_proj", "v_proj"), outs):
+            ref = _expected(parent, dense, name, x)
+            assert (out.double() - ref).norm() / ref.norm() < 1e-5, name
     assert parent.k_proj.group._holds(parent.k_proj)

@@ -64,10 +64,12 @@ class RowGroup:
         w, f = member.weight, self.fused
         return w.device == f.device and w.data_ptr() == f.data_ptr() + a * f.stride(0)
 
-    def after_apply(self, member: GgufLinear) -> None:
-        """`module._apply` (`.to()`, `.cuda()`, casts) visits the members one by one: a move
-        copies each weight on its own, so the buffer is dropped, and built again once every
-        member has arrived. A cast leaves uint8 blocks as they are, and the buffer with them."""
+    def refresh(self, member: GgufLinear) -> None:
+        """After `member`'s weight may have changed: `module._apply` (`.to()`, `.cuda()`, casts)
+        visits the members one by one and a move copies each weight on its own, so the buffer is
+        dropped, and built again once every member is on one device; a cast leaves uint8 blocks
+        as they are, and the buffer with them. `load_state_dict` copies into the members' rows,
+        or with `assign=True` replaces the weights, which are then stacked again."""
         if self.fused is not None and not self._holds(member):
             self.fused, self.pending = None, [None] * len(self.members)
         if self.fused is None:

@@ -35,6 +35,7 @@ class GgufLinear(nn.Module):
         # set by `fusion.RowGroup` when this module's rows are stacked with its siblings'
         self.group = None
         self.group_slot = 0
+        self.register_load_state_dict_post_hook(GgufLinear._after_load)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.group is not None and self.group.fused is not None:
@@ -51,8 +52,13 @@ class GgufLinear(nn.Module):
     def _apply(self, fn, recurse=True):
         super()._apply(fn, recurse)
         if self.group is not None:
-            self.group.after_apply(self)
+            self.group.refresh(self)
         return self
+
+    @staticmethod
+    def _after_load(module: "GgufLinear", incompatible_keys) -> None:
+        if module.group is not None:
+            module.group.refresh(module)
 
     def extra_repr(self) -> str:
         t = ggml_type(self.qtype).name
