@@ -71,9 +71,10 @@ def test_smollm2_bf16_on_gpu(smollm2_path):
     assert (gpu - cpu).norm() / cpu.norm() < 0.05
 
 
-def test_stacked_siblings_on_gpu(smollm2_path):
+def test_stacked_siblings_on_gpu(smollm2_path, tmp_path):
     """A CUDA load stacks q/k/v and gate/up (one kernel launch each): the logits of the same model
-    loaded unstacked, and, moved to the CPU and back, stacked again on the device."""
+    loaded unstacked, and, moved to the CPU and back, stacked again on the device; saved (the stacked
+    weights handed over as host copies) and reloaded, the unstacked model's weights."""
     from gguf_quant import GgufQuantizeConfig
 
     def load(fuse):
@@ -98,3 +99,7 @@ def test_stacked_siblings_on_gpu(smollm2_path):
         again = stacked(ids).logits.float()
     assert (again - ref).norm() / ref.norm() < 1e-2
     assert stacked.generate(ids[:, :4], max_new_tokens=8, do_sample=False).shape == (1, 12)
+    stacked.save_pretrained(tmp_path / "saved")
+    back = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.bfloat16, device_map="cuda")
+    theirs = dict(plain.named_parameters())
+    assert all(torch.equal(p, theirs[n]) for n, p in back.named_parameters())
