@@ -1,6 +1,7 @@
 """Sibling projections stacked into one matmul (`gguf_quant.fusion`): the same outputs as each
 module on its own, whatever the call order and inputs, through compile, moves and save/reload."""
 import copy
+import io
 
 import pytest
 import torch
@@ -182,7 +183,7 @@ def test_compiles_fullgraph_and_leaves_nothing_pending(tmp_path):
 def test_moves_and_copies_keep_the_stack(tmp_path):
     """`_apply` that copies every tensor (what `.to(device)` does) stacks again once all members
     have moved; a cast leaves the blocks and their buffer; a deep copy (each parameter cloned on
-    its own) starts unstacked and stacks at its first `.to()`."""
+    its own) starts unstacked and stacks at its first `.to()`; `torch.save` keeps the views."""
     path = write_tiny(tmp_path / "m.gguf", "llama", "Q8_0", tied=False)
     model = _load(path)
     fuse_siblings(model, cpu=True)
@@ -202,6 +203,13 @@ def test_moves_and_copies_keep_the_stack(tmp_path):
     twin.to(torch.float32)
     assert tq.group._holds(tq) and not q.group.fused.data_ptr() == tq.group.fused.data_ptr()
     torch.testing.assert_close(_logits(twin), ref, rtol=1e-5, atol=1e-5)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    lq = loaded.model.layers[1].self_attn.q_proj
+    assert lq.group._holds(lq) and lq.group._holds(loaded.model.layers[1].self_attn.v_proj)  # pickled as views
+    torch.testing.assert_close(_logits(loaded), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_saved_stacked_model_reloads_byte_identical(tmp_path):

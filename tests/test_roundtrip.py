@@ -59,13 +59,22 @@ def test_gguf_save_reload_is_byte_identical(smollm2_path, tmp_path):
     assert torch.equal(_logits(model), _logits(reloaded))
 
 
-def test_loaded_model_deep_copies(llama_source):
-    """`copy.deepcopy` of a GGUF-loaded model (its quantizer holds the file's memory map): an
-    independent copy with the same packed weights and logits."""
+@pytest.mark.parametrize("how", ["deepcopy", "torch.save"])
+def test_loaded_model_copies(llama_source, how):
+    """`copy.deepcopy` and `torch.save` / `torch.load` of a whole GGUF-loaded model (its quantizer holds
+    the file's memory map): an independent copy with the same packed weights and logits."""
     import copy
+    import io
 
     model = _gguf(llama_source, dtype=torch.float32)
-    twin = copy.deepcopy(model)
+    if how == "deepcopy":
+        twin = copy.deepcopy(model)
+    else:
+        buf = io.BytesIO()
+        torch.save(model, buf)
+        buf.seek(0)
+        twin = torch.load(buf, weights_only=False)
+        assert twin.hf_quantizer.gguf.raw("blk.0.ffn_down.weight").shape == model.hf_quantizer.gguf.raw("blk.0.ffn_down.weight").shape
     _assert_same_packed(model, twin)
     assert twin.model.layers[0].mlp.down_proj.weight.data_ptr() != model.model.layers[0].mlp.down_proj.weight.data_ptr()
     assert torch.equal(_logits(model), _logits(twin))

@@ -76,6 +76,11 @@ class GgufFile:
         # copied, and need not be: the mapping is copy-on-write and only read, so copies share it.
         return self
 
+    def __getstate__(self) -> dict:
+        # `torch.save(model)` pickles the quantizer too: the maps are left out (they are not
+        # picklable) and `raw` opens them again if it is ever asked for a tensor.
+        return {**self.__dict__, "_maps": {}}
+
     @property
     def tensor_bytes(self) -> int:
         return sum(t.nbytes for t in self.tensors.values())
