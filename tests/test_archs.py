@@ -72,6 +72,26 @@ def test_packed_and_equal_to_transformers_unpacked(tiny):
     assert rel_l2(_logits(ours), _logits(theirs)) < 1e-4
 
 
+def test_dequantize_in_place_is_transformers_unpacked(tiny):
+    """`model.dequantize()` on the packed model: transformers' own modules with transformers' own
+    loader's weights (it unpacks through gguf-py), tensor for tensor, and its logits."""
+    ours = _load(tiny)
+    config = copy.deepcopy(ours.config)
+    del config.quantization_config
+    ours.dequantize()
+    assert not hasattr(ours, "hf_quantizer") and not ours.is_quantized
+    with transformers_own_loader():
+        theirs = _load(tiny, config=config)
+    mine, their = ours.state_dict(), theirs.state_dict()
+    assert mine.keys() == their.keys()
+    for name, t in their.items():
+        assert type(ours.get_submodule(name.rpartition(".")[0])) is type(theirs.get_submodule(name.rpartition(".")[0])), name
+        assert torch.equal(mine[name], t), name
+    assert rel_l2(_logits(ours), _logits(theirs)) < 1e-5
+    if theirs.get_output_embeddings().weight is theirs.get_input_embeddings().weight:
+        assert ours.get_output_embeddings().weight is ours.get_input_embeddings().weight  # still one tied tensor
+
+
 def test_agrees_with_llamacpp(tiny):
     if "phi3" in tiny.name:
         pytest.skip("llama.cpp's phi3 vocabulary loader needs Phi-3's own special tokens, not SmolLM2's")

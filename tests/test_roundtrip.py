@@ -150,3 +150,28 @@ def test_dequantized_load_saves_and_reloads_as_floats(tmp_path):
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.float32)
     assert not _packed(reloaded)
     assert torch.equal(_logits(model), _logits(reloaded))
+
+
+@pytest.mark.parametrize("arch, qtype, shape", [
+    ("qwen3moe", "Q4_0", Shape(experts=4, used=2, ff_exp=64)),
+    ("gpt-oss", "MXFP4_MOE", Shape(experts=4, used=2, ff_exp=64)),
+])
+def test_dequantize_in_place_equals_a_dequantized_load(arch, qtype, shape, tmp_path):
+    """`model.dequantize()` with experts (gpt-oss's transposed, interleaved layout and biases included):
+    the same float modules and tensors as `GgufQuantizeConfig(dequantize=True)`, and it saves and reloads
+    as an ordinary float checkpoint."""
+    path = write_tiny(tmp_path / f"{arch}.gguf", arch, qtype, shape, tied=False)
+    model = _gguf(path, dtype=torch.float32)
+    ref = _logits(model)
+    model.dequantize()
+    loaded = _gguf(path, dtype=torch.float32, quantization_config=GgufQuantizeConfig(dequantize=True))
+    mine, theirs = model.state_dict(), loaded.state_dict()
+    assert not _packed(model) and mine.keys() == theirs.keys()
+    for name, t in theirs.items():
+        assert torch.equal(mine[name], t), name
+    assert type(model.model.layers[0].mlp.experts) is type(loaded.model.layers[0].mlp.experts)
+    torch.testing.assert_close(_logits(model), ref, rtol=1e-4, atol=1e-4)
+    model.save_pretrained(tmp_path / "saved")
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.float32)
+    assert not _packed(reloaded) and getattr(reloaded.config, "quantization_config", None) is None
+    assert torch.equal(_logits(model), _logits(reloaded))

@@ -1,6 +1,8 @@
-"""Which weights stay packed, and the swap of float modules for packed ones on the meta device."""
+"""Which weights stay packed, the swap of float modules for packed ones on the meta device, and the
+swap back (`model.dequantize()`)."""
 from __future__ import annotations
 
+import copy
 import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -8,10 +10,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from . import ops
+from .archs.conversions import gpt_oss_from_llamacpp
 from .ggml.types import ggml_type
 from .modules import GgufEmbedding, GgufExperts, GgufLinear
 
-__all__ = ["PackingReport", "resident_bytes", "swap_modules"]
+__all__ = ["PackingReport", "resident_bytes", "swap_modules", "unpack_modules"]
 
 logger = logging.getLogger("gguf_quant")
 
@@ -143,5 +147,68 @@ def swap_modules(
                 unpack[name] = sources
                 report.unpacked[name] = f"{t}: {reason}"
         if replacement is not None:
+            replacement.float_template = FloatTemplate(module)
             model.set_submodule(module_name, replacement)
     return unpack, report
+
+
+class FloatTemplate:
+    """The float module a packed one replaced, kept on the meta device (no memory) for
+    `unpack_modules`: a plain attribute, not a child, so not in the state dict and not moved."""
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+
+
+def _unpacked(packed: torch.Tensor, qtype: int, dtype: torch.dtype) -> torch.Tensor:
+    """Blocks `[..., row_bytes]` as floats `[..., K]` (gguf-py's values), on their device."""
+    rows = ops.dequantize(packed.reshape(-1, packed.shape[-1]), qtype, dtype)
+    return rows.reshape(*packed.shape[:-1], rows.shape[-1])
+
+
+def _float_module(module: nn.Module, dtype: torch.dtype, unpacked: dict) -> nn.Module:
+    """`module`'s float template, materialised on its device with its weights unpacked. `unpacked`
+    maps a packed buffer's address to its float parameter, so a tied head gets the embedding's."""
+    packed = module.weight if isinstance(module, (GgufLinear, GgufEmbedding)) else module.gate_up_proj
+    dense = copy.deepcopy(module.float_template.module).to_empty(device=packed.device)
+
+    def put(name: str, value: torch.Tensor, key=None) -> None:
+        if key is not None and key in unpacked:
+            value = unpacked[key]
+        else:
+            value = nn.Parameter(value.to(dtype), requires_grad=value.is_floating_point())
+            if key is not None:
+                unpacked[key] = value
+        setattr(dense, name, value)
+
+    if isinstance(module, GgufExperts):
+
+        def layout(t: torch.Tensor, part: str) -> torch.Tensor:
+            # Qwen-MoE / Mixtral keep llama.cpp's layout; gpt-oss's is transposed and interleaved
+            return t if module.swiglu_limit is None else gpt_oss_from_llamacpp(t, part)
+
+        put("gate_up_proj", layout(_unpacked(module.gate_up_proj, module.gate_up_qtype, dtype), "gate_up"))
+        put("down_proj", layout(_unpacked(module.down_proj, module.down_qtype, dtype), "down"))
+        if module.gate_up_proj_bias is not None:
+            put("gate_up_proj_bias", layout(module.gate_up_proj_bias, "gate_up_bias"))
+        if module.down_proj_bias is not None:
+            put("down_proj_bias", module.down_proj_bias)
+        return dense
+    put("weight", _unpacked(packed, module.qtype, dtype), (packed.device, packed.data_ptr()))
+    if getattr(module, "bias", None) is not None:
+        put("bias", module.bias)
+    if hasattr(dense, "scalar_embed_scale"):  # Gemma's scaled embedding: its one buffer, lost on the meta device
+        dense.embed_scale = torch.tensor(dense.scalar_embed_scale, device=packed.device)
+    return dense
+
+
+def unpack_modules(model: nn.Module, dtype: torch.dtype) -> int:
+    """Replace every packed module by the float module it stood for (`swap_modules`' templates),
+    its weights dequantized exactly as gguf-py does, in `dtype`. Returns how many were replaced."""
+    unpacked: dict = {}
+    packed = [(n, m) for n, m in model.named_modules() if isinstance(m, (GgufLinear, GgufEmbedding, GgufExperts))]
+    for name, module in packed:
+        if getattr(module, "float_template", None) is None:
+            raise ValueError(f"gguf_quant: {name} ({type(module).__name__}) was not built by the loader; nothing to unpack it to")
+        model.set_submodule(name, _float_module(module, dtype, unpacked))
+    return len(packed)

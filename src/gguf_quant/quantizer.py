@@ -21,7 +21,7 @@ from .ggml.types import ggml_type
 from .gguf_io.hub import fetch_missing_shards
 from .gguf_io.reader import GgufError, GgufFile, read_gguf
 from .mixes import model_types
-from .packing import PackingReport, swap_modules
+from .packing import PackingReport, swap_modules, unpack_modules
 
 __all__ = ["GGUFQuantizer"]
 
@@ -222,6 +222,13 @@ class GGUFQuantizer(HfQuantizer):
         factors = getattr(text, "rope_freq_factors", None)
         if factors is not None and text.rope_parameters.get("rope_type", "default") == "default":
             archs.apply_rope_factors(model, factors)
+
+    def _dequantize(self, model, dtype=None):
+        """`model.dequantize()`: every packed module back to the float module it replaced, weights
+        unpacked as gguf-py unpacks them (in `dtype`, by default the model's)."""
+        n = unpack_modules(model, dtype or self.dtype or torch.float32)
+        logger.info(f"gguf_quant: {n} packed modules unpacked to {dtype}")
+        return model
 
     def get_state_dict_and_metadata(self, model):
         # stacked sibling weights share one buffer: handed over as host copies, not device clones

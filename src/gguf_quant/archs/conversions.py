@@ -14,6 +14,7 @@ from ..ggml import dequantize
 
 __all__ = [
     "RopeUnpermuteRows", "NormPlusOne", "Reshape", "ConcatRows", "GptOssExpertsLayout", "gpt_oss_llamacpp_parts",
+    "gpt_oss_from_llamacpp",
     "openai_mxfp4_to_ggml", "Mxfp4Repack", "Unpack", "Quantize",
 ]
 
@@ -90,6 +91,18 @@ def gpt_oss_llamacpp_parts(t: torch.Tensor, part: str) -> list[torch.Tensor]:
     return [h.transpose(-1, -2) for h in halves] if part == "gate_up" else halves
 
 
+def gpt_oss_from_llamacpp(t: torch.Tensor, part: str) -> torch.Tensor:
+    """llama.cpp's `gate_up` `[E, 2I, H]` (gate rows, then up rows), `gate_up_bias` `[E, 2I]` or `down`
+    `[E, H, I]` as transformers' `GptOssExperts` holds it (`gpt_oss_llamacpp_parts` goes the other way):
+    `[E, H, 2I]` and `[E, 2I]` with gate and up interleaved along 2I, `[E, I, H]`."""
+    if part in ("gate_up", "down"):
+        t = t.transpose(-1, -2)
+    if part.startswith("gate_up"):
+        # [..., 2I] as (gate, up) halves -> (gate_0, up_0, gate_1, up_1, ...)
+        t = t.unflatten(-1, (2, -1)).transpose(-1, -2).flatten(-2)
+    return t.contiguous()
+
+
 class GptOssExpertsLayout(ConversionOps):
     """Float gpt-oss experts between llama.cpp's layout and transformers' `GptOssExperts` one.
 
@@ -109,21 +122,12 @@ class GptOssExpertsLayout(ConversionOps):
         self.part = part
         self.to_llamacpp = to_llamacpp
 
-    @staticmethod
-    def _interleave(t: torch.Tensor) -> torch.Tensor:
-        """[..., 2I] as (gate, up) halves -> [..., 2I] as (gate_0, up_0, gate_1, up_1, ...)."""
-        return t.unflatten(-1, (2, -1)).transpose(-1, -2).flatten(-2)
-
     def convert(self, input_dict, source_patterns=None, target_patterns=None, full_layer_name=None, **kwargs):
         t = _single(input_dict)
         if self.to_llamacpp:
             # the parts stacked along llama.cpp's row axis, as `ConcatRows` stacks them
             return {full_layer_name: torch.cat(gpt_oss_llamacpp_parts(t, self.part), dim=1).contiguous()}
-        if self.part in ("gate_up", "down"):
-            t = t.transpose(-1, -2)
-        if self.part.startswith("gate_up"):
-            t = self._interleave(t)
-        return {full_layer_name: t.contiguous()}
+        return {full_layer_name: gpt_oss_from_llamacpp(t, self.part)}
 
 
 def openai_mxfp4_to_ggml(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
