@@ -257,3 +257,15 @@ def test_replaced_weights_are_stacked_again(how):
             ref = _expected(parent, dense, name, x)
             assert (out.double() - ref).norm() / ref.norm() < 1e-5, name
     assert parent.k_proj.group._holds(parent.k_proj)
+
+
+def test_stacked_model_dequantizes(tmp_path):
+    """`model.dequantize()` reads each member's rows of the buffer: the unstacked model's float weights."""
+    path = write_tiny(tmp_path / "m.gguf", "llama", "Q4_0", tied=False)
+    plain, stacked = _load(path), _load(path)
+    fuse_siblings(stacked, cpu=True)
+    plain.dequantize()
+    stacked.dequantize()
+    theirs = plain.state_dict()
+    assert all(torch.equal(t, theirs[n]) for n, t in stacked.state_dict().items())
+    assert type(stacked.model.layers[0].self_attn.q_proj) is nn.Linear
