@@ -147,6 +147,7 @@ def main() -> None:
         rows.append(f"| gguf-quant + transformers (bf16, static cache, compiled; {how}) | "
                     f"{args.prompt_tokens / prefill:.0f} | {decode:.1f} |")
         loads.append(f"{load:.1f} s")
+        print(rows[-1], flush=True)  # (a call cut short by its time limit keeps the rows it timed)
     if args.llama_bench:
         out = subprocess.run(
             [str(args.llama_bench), "-m", str(args.gguf), "-ngl", "99", "-fa", "1", "-p", str(args.prompt_tokens),
