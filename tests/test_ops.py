@@ -67,9 +67,10 @@ def test_moe_matmul_equals_per_expert_loop(per_slot_input):
 
 def test_modules_call_the_kernel_directly_only_in_eager_inference(monkeypatch):
     """run_matmul / run_moe_matmul / run_get_rows (what GgufLinear, GgufExperts and GgufEmbedding
-    call) skip the custom op's dispatch and call the kernel function themselves in eager inference,
-    and go through the op where it matters: a gradient to record, or torch.compile tracing. A
-    stand-in kernel (the torch path, counting its calls) takes the place of the CUDA one."""
+    call) skip the custom op's dispatch and call the kernel function, or with no kernel the torch
+    path, themselves in eager inference, and go through the op where it matters: a gradient to
+    record, or torch.compile tracing. A stand-in kernel (the torch path, counting its calls) takes
+    the place of the CUDA one."""
     packed, dense, qt = _packed(32, 64, "Q8_0")
     experts = torch.stack([packed, packed])
     ids = torch.tensor([[0, 1], [1, 0]])
@@ -99,10 +100,18 @@ def test_modules_call_the_kernel_directly_only_in_eager_inference(monkeypatch):
     torch.testing.assert_close(xg.grad, dense.sum(0).expand(2, -1), rtol=1e-5, atol=1e-5)
     ops.run_moe_matmul(xg, experts, ids, qt)
     assert via_op == ["matmul", "moe"]
-    assert ops._direct("matmul", qt, x, packed) is not None
-    traced = torch.compile(lambda x: torch.tensor(ops._direct("matmul", qt, x, packed) is None), fullgraph=True,
-                           backend="eager")
+    assert ops._eager(x)
+    traced = torch.compile(lambda x: torch.tensor(not ops._eager(x)), fullgraph=True, backend="eager")
     assert bool(traced(x))  # while torch.compile traces, the op (its fake implementation) is used
+    # with no kernel at all, eager inference runs the torch path without the op's dispatch too
+    monkeypatch.setattr(ops, "_kernel", lambda op, qtype, *tensors: None)
+    with torch.no_grad():
+        out = ops.run_matmul(x, packed, qt)
+        moe = ops.run_moe_matmul(x, experts, ids, qt)
+    torch.testing.assert_close(out, x @ dense.T, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(moe[1, 0], x[1] @ dense.T, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ops.run_get_rows(packed, torch.tensor([5]), qt, torch.float32), dense[[5]])
+    assert via_op == ["matmul", "moe"]
 
 
 def test_ops_pass_opcheck():

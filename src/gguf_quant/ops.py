@@ -54,14 +54,18 @@ def _(packed, qtype, dtype):
 
 # --- get_rows ---------------------------------------------------------------------------------
 
-@torch.library.custom_op("gguf_quant::get_rows", mutates_args=())
-def get_rows(packed: Tensor, ids: Tensor, qtype: int, dtype: torch.dtype) -> Tensor:
+def _get_rows_impl(packed: Tensor, ids: Tensor, qtype: int, dtype: torch.dtype) -> Tensor:
     fn = _kernel("get_rows", qtype, packed)
     if fn is not None:
         return fn(packed, ids, qtype, dtype)
     flat = ids.reshape(-1)
     rows = _dequantize(packed.index_select(0, flat), qtype, dtype)
     return rows.reshape(*ids.shape, rows.shape[-1])
+
+
+@torch.library.custom_op("gguf_quant::get_rows", mutates_args=())
+def get_rows(packed: Tensor, ids: Tensor, qtype: int, dtype: torch.dtype) -> Tensor:
+    return _get_rows_impl(packed, ids, qtype, dtype)
 
 
 @get_rows.register_fake
@@ -88,12 +92,16 @@ def _torch_matmul(x: Tensor, packed: Tensor, qtype: int) -> Tensor:
     return out
 
 
-@torch.library.custom_op("gguf_quant::matmul", mutates_args=())
-def matmul(x: Tensor, packed: Tensor, qtype: int) -> Tensor:
+def _matmul_impl(x: Tensor, packed: Tensor, qtype: int) -> Tensor:
     fn = _kernel("matmul", qtype, packed)
     if fn is not None:
         return fn(x, packed, qtype)
     return _torch_matmul(x, packed, qtype)
+
+
+@torch.library.custom_op("gguf_quant::matmul", mutates_args=())
+def matmul(x: Tensor, packed: Tensor, qtype: int) -> Tensor:
+    return _matmul_impl(x, packed, qtype)
 
 
 @matmul.register_fake
@@ -129,8 +137,7 @@ matmul.register_autograd(_matmul_backward, setup_context=_save_weights)
 
 # --- moe_matmul -------------------------------------------------------------------------------
 
-@torch.library.custom_op("gguf_quant::moe_matmul", mutates_args=())
-def moe_matmul(x: Tensor, packed: Tensor, ids: Tensor, qtype: int) -> Tensor:
+def _moe_matmul_impl(x: Tensor, packed: Tensor, ids: Tensor, qtype: int) -> Tensor:
     fn = _kernel("moe_matmul", qtype, packed)
     if fn is not None:
         return fn(x, packed, ids, qtype)
@@ -151,6 +158,11 @@ def moe_matmul(x: Tensor, packed: Tensor, ids: Tensor, qtype: int) -> Tensor:
         out[sel] = _torch_matmul(rows[sel], packed[expert], qtype)
         start += count
     return out.reshape(t, top_k, n)
+
+
+@torch.library.custom_op("gguf_quant::moe_matmul", mutates_args=())
+def moe_matmul(x: Tensor, packed: Tensor, ids: Tensor, qtype: int) -> Tensor:
+    return _moe_matmul_impl(x, packed, ids, qtype)
 
 
 @moe_matmul.register_fake
@@ -181,27 +193,27 @@ moe_matmul.register_autograd(_moe_matmul_backward, setup_context=_save_weights)
 
 # --- what the modules call --------------------------------------------------------------------
 
-def _direct(op: str, qtype: int, x: Tensor, packed: Tensor):
-    """The kernel's function for `op` where calling it directly is the same as the custom op:
-    eager (not traced by torch.compile) and no gradient to record. torch.library's dispatch of a
-    Python custom op costs about as much as the kernel's own launch path: on the H200 machine's
-    host, matmul M = 1 took 24.9 / 22.7 us a call through the op against 13.2 / 12.4 this way
-    (`benchmarks/results/e2e_h200.md`, "Eager launch cost"), and a decode step calls ~225 of them."""
-    if torch.compiler.is_compiling() or (x.requires_grad and torch.is_grad_enabled()):
-        return None
-    return _kernel(op, qtype, packed)
+def _eager(x: Tensor) -> bool:
+    """Whether calling an op's implementation (the kernel's function, or the torch path) directly
+    is the same as calling the custom op: eager (not traced by torch.compile) and no gradient to
+    record. torch.library's dispatch of a Python custom op costs about as much as the kernel's own
+    launch path: on the H200 machine's host, matmul M = 1 took 24.9 / 22.7 us a call through the
+    op against 13.2 / 12.4 this way (`benchmarks/results/e2e_h200.md`, "Eager launch cost"), and
+    a decode step calls ~225 of them; on the 2-core CPU machine the op added ~50 us to a 300 us
+    torch-path call."""
+    return not (torch.compiler.is_compiling() or (x.requires_grad and torch.is_grad_enabled()))
 
 
 def run_matmul(x: Tensor, packed: Tensor, qtype: int) -> Tensor:
-    """matmul, on the kernel directly where that is the same (see _direct)."""
-    return (_direct("matmul", qtype, x, packed) or matmul)(x, packed, qtype)
+    """matmul, without the op's dispatch where that is the same (see _eager)."""
+    return (_matmul_impl if _eager(x) else matmul)(x, packed, qtype)
 
 
 def run_moe_matmul(x: Tensor, packed: Tensor, ids: Tensor, qtype: int) -> Tensor:
-    """moe_matmul, on the kernel directly where that is the same (see _direct)."""
-    return (_direct("moe_matmul", qtype, x, packed) or moe_matmul)(x, packed, ids, qtype)
+    """moe_matmul, without the op's dispatch where that is the same (see _eager)."""
+    return (_moe_matmul_impl if _eager(x) else moe_matmul)(x, packed, ids, qtype)
 
 
 def run_get_rows(packed: Tensor, ids: Tensor, qtype: int, dtype: torch.dtype) -> Tensor:
-    """get_rows, on the kernel directly where that is the same (see _direct; ids take no gradient)."""
-    return (_direct("get_rows", qtype, ids, packed) or get_rows)(packed, ids, qtype, dtype)
+    """get_rows, without the op's dispatch where that is the same (see _eager; ids take no gradient)."""
+    return (_get_rows_impl if _eager(ids) else get_rows)(packed, ids, qtype, dtype)
