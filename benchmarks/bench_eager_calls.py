@@ -3,9 +3,12 @@ call (`ops.run_matmul` / `ops.run_moe_matmul`), the kernel module directly, and 
 M = 8, whose K split encodes a tensor map of the weights each call (NOTES.md v71).
 
     GGUF_QUANT_KERNELS=<build> python benchmarks/bench_eager_calls.py
+    python benchmarks/bench_eager_calls.py --cpu     # the torch path on the CPU, no kernel
 
 Each figure is the wall time of 500 calls enqueued back to back, divided by 500, best of 5 (the
-GPU finishes each of these in a few us, so the host's launch path is what is timed).
+GPU finishes each of these in a few us, so the host's launch path is what is timed). `--cpu` times
+the torch path at one token on SmolLM2-135M's shapes instead: through the custom op, as the modules
+call it, and the torch path's own function, so the op's dispatch is the difference.
 """
 import os
 import sys
@@ -18,22 +21,44 @@ from bench_matmul import qid, random_weights  # noqa: E402
 from gguf_quant import kernel_loader, ops  # noqa: E402
 
 
-def per_call_us(f, calls: int = 500, reps: int = 5) -> float:
+def per_call_us(f, calls: int = 500, reps: int = 5, sync=torch.cuda.synchronize) -> float:
     for _ in range(200):
         f()
-    torch.cuda.synchronize()
+    sync()
     best = float("inf")
     for _ in range(reps):
         t0 = time.perf_counter()
         for _ in range(calls):
             f()
         t1 = time.perf_counter()
-        torch.cuda.synchronize()
+        sync()
         best = min(best, (t1 - t0) / calls * 1e6)
     return best
 
 
+def cpu_main() -> None:
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    x = torch.randn(1, 576)
+    print(f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}, no kernel: the torch path\n")
+    print("| Q4_1 matmul at M = 1 | through the op (ops.matmul) | as the modules call it (ops.run_matmul) "
+          "| the torch path (ops._torch_matmul) |\n| --- | ---: | ---: | ---: |")
+    for k, n in ((576, 192), (576, 576), (576, 1536), (1536, 576)):
+        w = torch.from_numpy(quantize(torch.randn(n, k).numpy(), GGMLQuantizationType.Q4_1).copy())
+        xk = x if k == 576 else torch.randn(1, k)
+        qt = qid("Q4_1")
+        fs = (lambda: ops.matmul(xk, w, qt), lambda: ops.run_matmul(xk, w, qt), lambda: ops._torch_matmul(xk, w, qt))
+        us = [float("inf")] * 3
+        with torch.no_grad():
+            for _ in range(9):  # the three in turn, best of 9: a shared CPU's load drifts between runs
+                us = [min(u, per_call_us(f, calls=50, reps=1, sync=lambda: None)) for u, f in zip(us, fs)]
+        print(f"| {k} -> {n} | {us[0]:.1f} | {us[1]:.1f} | {us[2]:.1f} |")
+
+
 def main() -> None:
+    if "--cpu" in sys.argv:
+        return cpu_main()
     k = kernel_loader.kernel_module()
     if k is None:
         sys.exit("no kernel build found: set GGUF_QUANT_KERNELS")
