@@ -199,8 +199,8 @@ def _eager(x: Tensor) -> bool:
     record. torch.library's dispatch of a Python custom op costs about as much as the kernel's own
     launch path: on the H200 machine's host, matmul M = 1 took 24.9 / 22.7 us a call through the
     op against 13.2 / 12.4 this way (`benchmarks/results/e2e_h200.md`, "Eager launch cost"), and
-    a decode step calls ~225 of them; on the 2-core CPU machine the op added ~50 us to a 300 us
-    torch-path call."""
+    a decode step calls ~225 of them; on the 2-core CPU machine the op adds 10-30 us to a torch-path
+    call (`benchmarks/results/eager_calls_cpu.md`)."""
     return not (torch.compiler.is_compiling() or (x.requires_grad and torch.is_grad_enabled()))
 
 
