@@ -40,14 +40,13 @@ def cpu_main() -> None:
     from gguf import GGMLQuantizationType
     from gguf.quants import quantize
 
-    x = torch.randn(1, 576)
+    qt = qid("Q4_1")
     print(f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}, no kernel: the torch path\n")
     print("| Q4_1 matmul at M = 1 | through the op (ops.matmul) | as the modules call it (ops.run_matmul) "
           "| the torch path (ops._torch_matmul) |\n| --- | ---: | ---: | ---: |")
     for k, n in ((576, 192), (576, 576), (576, 1536), (1536, 576)):
         w = torch.from_numpy(quantize(torch.randn(n, k).numpy(), GGMLQuantizationType.Q4_1).copy())
-        xk = x if k == 576 else torch.randn(1, k)
-        qt = qid("Q4_1")
+        xk = torch.randn(1, k)
         fs = (lambda: ops.matmul(xk, w, qt), lambda: ops.run_matmul(xk, w, qt), lambda: ops._torch_matmul(xk, w, qt))
         us = [float("inf")] * 3
         with torch.no_grad():

@@ -311,9 +311,8 @@ def test_matmul_stream_grid_first(name, N, K, ms, rng):
     up to 2^26; 4096 -> 11007, the last unit a row short; 8192 -> 8192), and at M = 2 where the plain MT = 2 launch
     leaves SMs without a CTA (stream_plain_idle: Q8_0 17408 -> 5120, two rounds of 8 warps on 80 CTAs; Q5_K 4096 ->
     11008 on 86, Q4_K 2560 -> 9727 on 76), and Q5_K at M = 4 from 2^25 elements (v100). Against gguf-py's
-    dequantization, fp16 at the last M; the launch is the
-    grid's (GZ) by torch.profiler where CUPTI is free, and not under GGUF_KERNELS_FAST_KS_PLAIN=1
-    (test_matmul_stream_grid_first_off)."""
+    dequantization, fp16 at the last M; the launch is the grid's (GZ) by torch.profiler where CUPTI is free, and not
+    under GGUF_KERNELS_FAST_KS_PLAIN=1 (test_matmul_stream_grid_first_off)."""
     check_grid_launch(name, N, K, ms, os.environ.get("GGUF_KERNELS_FAST_KS_PLAIN") != "1", rng)
 
 

@@ -70,9 +70,7 @@ class RowGroup:
         dropped, and built again once every member is on one device; a cast leaves uint8 blocks
         as they are, and the buffer with them. `load_state_dict` copies into the members' rows,
         or with `assign=True` replaces the weights, which are then stacked again."""
-        if self.fused is not None and not self._holds(member):
-            self.fused, self.pending = None, [None] * len(self.members)
-        if self.fused is None:
+        if self.fused is None or not self._holds(member):
             self.stack()
 
     def __deepcopy__(self, memo) -> "RowGroup":
@@ -111,15 +109,9 @@ class RowGroup:
 
 
 def _fusable(members: list[GgufLinear]) -> bool:
-    first = members[0]
-    return all(
-        m.group is None
-        and m.qtype == first.qtype
-        and m.in_features == first.in_features
-        # an accelerate hook may offload or move the weight on its own at each call
-        and getattr(m, "_hf_hook", None) is None
-        for m in members
-    )
+    # (fuse_siblings passes members of one type and input width) an accelerate hook may offload or move a
+    # weight on its own at each call
+    return all(m.group is None and getattr(m, "_hf_hook", None) is None for m in members)
 
 
 def fuse_siblings(model: nn.Module, cpu: bool = False) -> list[RowGroup]:

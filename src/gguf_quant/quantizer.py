@@ -226,7 +226,8 @@ class GGUFQuantizer(HfQuantizer):
     def _dequantize(self, model, dtype=None):
         """`model.dequantize()`: every packed module back to the float module it replaced, weights
         unpacked as gguf-py unpacks them (in `dtype`, by default the model's)."""
-        n = unpack_modules(model, dtype or self.dtype or torch.float32)
+        dtype = dtype or self.dtype or torch.float32
+        n = unpack_modules(model, dtype)
         logger.info(f"gguf_quant: {n} packed modules unpacked to {dtype}")
         return model
 
