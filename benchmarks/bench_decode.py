@@ -11,8 +11,14 @@ on the host (transformers' step between two graph replays).
 With `--stacking both`, the model is timed twice in one run, its q/k/v and gate/up projections each
 run as their own matmul, then stacked into one (`gguf_quant.fusion`, the default).
 
+With `--stop-check deferred` (or `both`), decode is also timed with transformers' `DeferredStopCheck`,
+which `generate` uses on MPS only: the host reads a step's stop flag and token one step late, so it
+queues the next graph replay while the GPU still runs this one, instead of waiting for each token
+(`StopCheck`, what CUDA gets). The benchmark lets it apply on CUDA for its own calls only, and checks
+that it generates the same tokens.
+
     python benchmarks/bench_decode.py model.gguf [--llama-bench BIN] [--new-tokens 128] [--profile]
-        [--stacking on|off|both]
+        [--stacking on|off|both] [--stop-check sync|deferred|both]
 """
 from __future__ import annotations
 
@@ -20,35 +26,55 @@ import argparse
 import json
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
+from transformers.generation import utils as generation_utils
 from transformers.generation.streamers import BaseStreamer
 
 from gguf_quant import GgufQuantizeConfig  # (importing it registers the plugin)
 
 
 class TokenTimes(BaseStreamer):
-    """Records when each generated token reaches the host."""
+    """Records when each generated token reaches the host: `generate` hands the streamer a host copy
+    (the step's synchronisation, a step late under the deferred check), so no sync is added here."""
 
     def __init__(self):
         self.times: list[float] = []
 
     def put(self, value) -> None:
-        torch.cuda.synchronize()
         self.times.append(time.perf_counter())
 
     def end(self) -> None:
         pass
 
 
-def generate_stamps(model, prompt, new_tokens: int) -> TokenTimes:
+@contextmanager
+def stop_check(kind: str):
+    """`generate`'s per-token stop check: "sync" as transformers runs it on CUDA, "deferred" its
+    `DeferredStopCheck` (one step late) allowed on CUDA too, for the calls inside this block."""
+    cls = generation_utils.DeferredStopCheck
+    own = cls.__dict__["is_supported"]
+    if kind == "deferred":
+        def is_supported(device, cache, cache_is_returned, is_assistant):
+            if device.type == "cuda" and not is_assistant:
+                device = torch.device("mps")  # the same rule as on MPS, for the cache it is given
+            return own.__func__(device, cache, cache_is_returned, is_assistant)
+        cls.is_supported = staticmethod(is_supported)
+    try:
+        yield
+    finally:
+        cls.is_supported = own
+
+
+def generate_stamps(model, prompt, new_tokens: int) -> tuple[TokenTimes, torch.Tensor]:
     """Greedy decode of exactly new_tokens with the static cache, each token's arrival time recorded."""
     stamps = TokenTimes()
-    model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                   cache_implementation="static", streamer=stamps)
-    return stamps
+    out = model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                         cache_implementation="static", streamer=stamps)
+    return stamps, out
 
 
 def timed(fn) -> float:
@@ -80,7 +106,7 @@ def profile_decode(model, prompt, new_tokens: int) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        stamps = generate_stamps(model, prompt, new_tokens)
+        stamps, _ = generate_stamps(model, prompt, new_tokens)
     tokens = len(stamps.times) - 1  # the streamer's first call is the prompt
     wall = (stamps.times[-1] - stamps.times[0]) * 1e6 / (tokens - 1)  # us a decoded token, as the table's
     kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0]
@@ -102,9 +128,10 @@ def profile_decode(model, prompt, new_tokens: int) -> None:
               f"{e.self_device_time_total / tokens:.0f} |")
 
 
-def measure(path: Path, prompt_tokens: int, new_tokens: int, stack: bool):
+def measure(path: Path, prompt_tokens: int, new_tokens: int, stack: bool, checks: tuple[str, ...]):
     """Load `path` packed on the GPU (its sibling projections stacked or not), then time a prefill
-    and greedy decode. Returns (model, prompt ids, load s, prefill s, decode tok/s)."""
+    and greedy decode under each stop check. Returns (model, prompt ids, load s, prefill s,
+    {check: decode tok/s})."""
     load = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=torch.bfloat16, device_map="cuda",
@@ -118,10 +145,16 @@ def measure(path: Path, prompt_tokens: int, new_tokens: int, stack: bool):
         prefill = min(timed(lambda: model(ids)) for _ in range(3))
         # Decode rate from per-token timestamps, over a generate call whose static cache (and so
         # compiled graph) has the same size as the warm-up's: a new cache size recompiles.
-        for _ in range(2):
-            stamps = generate_stamps(model, ids[:, :16], new_tokens)
-    skip = 8  # the prompt and the first tokens, which include any last-minute capture
-    decode = (len(stamps.times) - 1 - skip) / (stamps.times[-1] - stamps.times[skip])
+        decode, tokens = {}, {}
+        for check in checks:
+            with stop_check(check):
+                for _ in range(2):
+                    stamps, tokens[check] = generate_stamps(model, ids[:, :16], new_tokens)
+            skip = 8  # the prompt and the first tokens, which include any last-minute capture
+            decode[check] = (len(stamps.times) - 1 - skip) / (stamps.times[-1] - stamps.times[skip])
+    first = tokens[checks[0]]
+    if any(not torch.equal(t, first) for t in tokens.values()):
+        raise SystemExit(f"the stop checks {checks} generated different tokens")
     return model, ids, load, prefill, decode
 
 
@@ -134,7 +167,10 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="split a decoded token's time by kind of kernel")
     p.add_argument("--stacking", choices=("on", "off", "both"), default="on",
                    help="q/k/v and gate/up as one matmul each (GgufQuantizeConfig.fuse_siblings); both: a row each")
+    p.add_argument("--stop-check", choices=("sync", "deferred", "both"), default="sync",
+                   help="generate's stop check: as on CUDA (sync), transformers' deferred one, or a row each")
     args = p.parse_args()
+    checks = {"sync": ("sync",), "deferred": ("deferred",), "both": ("sync", "deferred")}[args.stop_check]
 
     rows, loads = [], []
     for stack in {"on": (True,), "off": (False,), "both": (False, True)}[args.stacking]:
@@ -142,12 +178,14 @@ def main() -> None:
             del model
             torch._dynamo.reset()
             torch.cuda.empty_cache()
-        model, ids, load, prefill, decode = measure(args.gguf, args.prompt_tokens, args.new_tokens, stack)
+        model, ids, load, prefill, decode = measure(args.gguf, args.prompt_tokens, args.new_tokens, stack, checks)
         how = "q/k/v, gate/up stacked" if stack else "every projection its own matmul"
-        rows.append(f"| gguf-quant + transformers (bf16, static cache, compiled; {how}) | "
-                    f"{args.prompt_tokens / prefill:.0f} | {decode:.1f} |")
+        for check, rate in decode.items():
+            when = "stop check a step late" if check == "deferred" else "stop check every token"
+            rows.append(f"| gguf-quant + transformers (bf16, static cache, compiled; {how}; {when}) | "
+                        f"{args.prompt_tokens / prefill:.0f} | {rate:.1f} |")
+            print(rows[-1], flush=True)  # (a call cut short by its time limit keeps the rows it timed)
         loads.append(f"{load:.1f} s")
-        print(rows[-1], flush=True)  # (a call cut short by its time limit keeps the rows it timed)
     if args.llama_bench:
         out = subprocess.run(
             [str(args.llama_bench), "-m", str(args.gguf), "-ngl", "99", "-fa", "1", "-p", str(args.prompt_tokens),

@@ -10,6 +10,7 @@
 # decode also splits a token's time by kind of kernel (bench_decode.py --profile). NO_TESTS=1: no GPU tests first.
 # DECODE_TIMEOUT: seconds for the decode benchmark in the LLAMA_BENCH / DECODE_ONLY run (240). STACKING=both: the
 # decode timed with q/k/v and gate/up each its own matmul, then stacked (bench_decode.py --stacking; default on).
+# STOP_CHECK=both: each decode timed with generate's stop check every token, then a step late (--stop-check).
 #   bash benchmarks/device_e2e.sh [OUTDIR]      (needs .whl/ and .dev/ carried: benchmarks/device_carry.sh)
 set -o pipefail
 OUTD=${1:-${OUT:-/tmp/gguf_out}}; mkdir -p "$OUTD"
@@ -42,7 +43,7 @@ if [ -n "$LLAMA_BENCH$DECODE_ONLY" ]; then
     el "llama-bench build rc: $(cat /tmp/ll/build.rc 2>/dev/null || echo timeout)"
     LB=$LL/build/bin/llama-bench; [ -x "$LB" ] && LBARG="--llama-bench $LB" || tail -5 /tmp/ll/build.log
   fi
-  timeout ${DECODE_TIMEOUT:-240} python3 -u benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 $LBARG ${PROFILE:+--profile} ${STACKING:+--stacking $STACKING} \
+  timeout ${DECODE_TIMEOUT:-240} python3 -u benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 $LBARG ${PROFILE:+--profile} ${STACKING:+--stacking $STACKING} ${STOP_CHECK:+--stop-check $STOP_CHECK} \
     2>&1 | grep -v Warning > "$OUTD/decode.md"; tail -40 "$OUTD/decode.md"
   el "all done"; exit 0
 fi
@@ -55,7 +56,7 @@ for MIX in ${MIXES:-Q4_K_M Q8_0}; do
   el "$MIX done"
 done
 if [ $(( $(date +%s) - T0 )) -lt ${DECODE_BEFORE:-440} ]; then
-  timeout 150 python3 -u benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 ${PROFILE:+--profile} ${STACKING:+--stacking $STACKING} 2>&1 \
+  timeout 150 python3 -u benchmarks/bench_decode.py /tmp/m/ours-Q4_K_M.gguf --new-tokens 64 ${PROFILE:+--profile} ${STACKING:+--stacking $STACKING} ${STOP_CHECK:+--stop-check $STOP_CHECK} 2>&1 \
     | grep -v Warning > "$OUTD/decode.md"; tail -40 "$OUTD/decode.md"
   el "decode done"
 fi
