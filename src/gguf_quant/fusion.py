@@ -27,6 +27,9 @@ logger = logging.getLogger("gguf_quant")
 
 # Child names that transformers' decoder layers call on one tensor (any of them may come first).
 SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+# the input tensor's attribute that holds the siblings' products not yet taken:
+# {group: (the tensor's version then, [each member's product, None once taken])}
+_HELD = "_gguf_quant_siblings"
 
 
 class RowGroup:
@@ -39,7 +42,6 @@ class RowGroup:
         ends = list(accumulate(m.out_features for m in members))
         self.spans = list(zip([0, *ends[:-1]], ends))
         self.fused: Tensor | None = None
-        self.pending: list[tuple[Tensor, Tensor] | None] = [None] * len(members)
         for slot, m in enumerate(members):
             m.group, m.group_slot = self, slot
         self.stack()
@@ -49,7 +51,7 @@ class RowGroup:
         left unstacked (each member on its own) while they are not all on one device, or are on
         the CPU without `cpu`: there a load keeps the blocks in the file's mapping, which a copy
         would give up for a launch count that matters little to the CPU."""
-        self.fused, self.pending = None, [None] * len(self.members)
+        self.fused = None
         devices = {m.weight.device for m in self.members}
         kind = devices.pop().type if len(devices) == 1 else "several"
         if kind in ("several", "meta") or (kind == "cpu" and not self.cpu):
@@ -79,33 +81,39 @@ class RowGroup:
         twin = copy.copy(self)
         memo[id(self)] = twin
         twin.members, twin.names = copy.deepcopy(self.members, memo), list(self.names)
-        twin.fused, twin.pending = None, [None] * len(self.members)
+        twin.fused = None
         return twin
 
     def output(self, slot: int, x: Tensor) -> Tensor:
-        """Member `slot`'s output for `x`: left by a sibling's call on this very tensor, or
-        computed here with every sibling's, which are left for them."""
-        held = self.pending[slot]
-        if held is not None:
-            self.pending[slot] = None
-            if held[0] is x:
-                return held[1]
+        """Member `slot`'s product for `x` (`[rows, its out_features]`, no bias): left on `x` by a
+        sibling's call on this very tensor, unchanged since, or computed here with every sibling's,
+        which are left on `x` for them. Held on the input tensor, not here: they go when it does,
+        and under `torch.compile` they stay inside the graph, with no state of this group to guard
+        or to write back after each call."""
+        # in-place writes bump a tensor's version (inference-mode tensors keep none)
+        version = None if torch.compiler.is_compiling() or x.is_inference() else x._version
+        held = getattr(x, _HELD, None)
+        entry = None if held is None else held.get(self)
+        if entry is None or entry[0] != version or entry[1][slot] is None:
+            entry = (version, self._compute(slot, x))
+            if held is None:
+                held = {}
+                setattr(x, _HELD, held)
+            held[self] = entry
+        outs = entry[1]
+        out, outs[slot] = outs[slot], None
+        if all(o is None for o in outs):
+            del held[self]
+        return out
+
+    def _compute(self, slot: int, x: Tensor) -> list[Tensor | None]:
         if not torch.compiler.is_compiling() and not all(self._holds(m) for m in self.members):
             # a member's weight was replaced (`load_state_dict(assign=True)`, `.data =`): stack its rows as they are now
             self.stack()
             if self.fused is None:
-                return self.members[slot].own_forward(x)
+                return [self.members[slot].product(x) if i == slot else None for i in range(len(self.members))]
         y = ops.run_matmul(x.reshape(-1, self.in_features), self.fused, self.qtype)
-        outs = []
-        for m, (a, b) in zip(self.members, self.spans):
-            o = y[:, a:b]
-            if m.bias is not None:
-                o = o + m.bias.to(o.dtype)
-            outs.append(o.reshape(*x.shape[:-1], b - a))
-        for i, o in enumerate(outs):
-            if i != slot:
-                self.pending[i] = (x, o)
-        return outs[slot]
+        return [y[:, a:b] for a, b in self.spans]
 
 
 def _fusable(members: list[GgufLinear]) -> bool:

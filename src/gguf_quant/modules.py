@@ -38,16 +38,16 @@ class GgufLinear(nn.Module):
         self.register_load_state_dict_post_hook(GgufLinear._after_load)
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.group is not None and self.group.fused is not None:
-            return self.group.output(self.group_slot, x)
-        return self.own_forward(x)
-
-    def own_forward(self, x: Tensor) -> Tensor:
-        """This module's product alone, whether or not it is stacked with siblings."""
-        out = ops.run_matmul(x.reshape(-1, self.in_features), self.weight, self.qtype)
+        group = self.group
+        out = group.output(self.group_slot, x) if group is not None and group.fused is not None else self.product(x)
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
-        return out.reshape(*x.shape[:-1], self.out_features)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    def product(self, x: Tensor) -> Tensor:
+        """`x @ W.T` of this module alone (stacked with siblings or not) over x's rows, `[rows, out_features]`,
+        without the bias."""
+        return ops.run_matmul(x.reshape(-1, self.in_features), self.weight, self.qtype)
 
     def _apply(self, fn, recurse=True):
         super()._apply(fn, recurse)
