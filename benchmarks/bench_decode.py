@@ -14,8 +14,8 @@ run as their own matmul, then stacked into one (`gguf_quant.fusion`, the default
 With `--stop-check deferred` (or `both`), decode is also timed with transformers' `DeferredStopCheck`,
 which `generate` uses on MPS only: the host reads a step's stop flag and token one step late, so it
 queues the next graph replay while the GPU still runs this one, instead of waiting for each token
-(`StopCheck`, what CUDA gets). The benchmark lets it apply on CUDA for its own calls only, and checks
-that it generates the same tokens.
+(`StopCheck`, what CUDA gets). The benchmark's deferred calls run inside `gguf_quant.deferred_stop_check()`,
+and it checks that they generate the same tokens.
 
     python benchmarks/bench_decode.py model.gguf [--llama-bench BIN] [--new-tokens 128] [--profile]
         [--stacking on|off|both] [--stop-check sync|deferred|both]
@@ -26,15 +26,14 @@ import argparse
 import json
 import subprocess
 import time
-from contextlib import contextmanager
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
-from transformers.generation import utils as generation_utils
 from transformers.generation.streamers import BaseStreamer
 
-from gguf_quant import GgufQuantizeConfig  # (importing it registers the plugin)
+from gguf_quant import GgufQuantizeConfig, deferred_stop_check  # (importing it registers the plugin)
 
 
 class TokenTimes(BaseStreamer):
@@ -49,24 +48,6 @@ class TokenTimes(BaseStreamer):
 
     def end(self) -> None:
         pass
-
-
-@contextmanager
-def stop_check(kind: str):
-    """`generate`'s per-token stop check: "sync" as transformers runs it on CUDA, "deferred" its
-    `DeferredStopCheck` (one step late) allowed on CUDA too, for the calls inside this block."""
-    cls = generation_utils.DeferredStopCheck
-    own = cls.__dict__["is_supported"]
-    if kind == "deferred":
-        def is_supported(device, cache, cache_is_returned, is_assistant):
-            if device.type == "cuda" and not is_assistant:
-                device = torch.device("mps")  # the same rule as on MPS, for the cache it is given
-            return own.__func__(device, cache, cache_is_returned, is_assistant)
-        cls.is_supported = staticmethod(is_supported)
-    try:
-        yield
-    finally:
-        cls.is_supported = own
 
 
 def generate_stamps(model, prompt, new_tokens: int) -> tuple[TokenTimes, torch.Tensor]:
@@ -147,7 +128,7 @@ def measure(path: Path, prompt_tokens: int, new_tokens: int, stack: bool, checks
         # compiled graph) has the same size as the warm-up's: a new cache size recompiles.
         decode, tokens = {}, {}
         for check in checks:
-            with stop_check(check):
+            with deferred_stop_check() if check == "deferred" else nullcontext():
                 for _ in range(2):
                     stamps, tokens[check] = generate_stamps(model, ids[:, :16], new_tokens)
             skip = 8  # the prompt and the first tokens, which include any last-minute capture

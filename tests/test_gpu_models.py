@@ -71,16 +71,24 @@ def test_smollm2_bf16_on_gpu(smollm2_path):
     assert (gpu - cpu).norm() / cpu.norm() < 0.05
 
 
-def test_stacked_siblings_on_gpu(smollm2_path, tmp_path):
+@pytest.fixture(params=["tiny-llama", "smollm2"])
+def gpu_source(request, tmp_path):
+    """A tiny llama GGUF (always there, the GPU machine has no PyPI) and SmolLM2 from PyPI where installed."""
+    if request.param == "smollm2":
+        return request.getfixturevalue("smollm2_path")
+    return write_tiny(tmp_path / "llama.gguf", "llama", "Q4_0", Shape(), tied=False)
+
+
+def test_stacked_siblings_on_gpu(gpu_source, tmp_path):
     """A CUDA load stacks q/k/v and gate/up (one kernel launch each): the logits of the same model
     loaded unstacked, and, moved to the CPU and back, stacked again on the device; saved (the stacked
     weights handed over as host copies) and reloaded, the unstacked model's weights."""
     from gguf_quant import GgufQuantizeConfig
 
     def load(fuse):
-        cfg = GgufQuantizeConfig(gguf_file=smollm2_path.name, fuse_siblings=fuse)
+        cfg = GgufQuantizeConfig(gguf_file=gpu_source.name, fuse_siblings=fuse)
         return AutoModelForCausalLM.from_pretrained(
-            str(smollm2_path.parent), gguf_file=smollm2_path.name, dtype=torch.bfloat16, device_map="cuda", quantization_config=cfg
+            str(gpu_source.parent), gguf_file=gpu_source.name, dtype=torch.bfloat16, device_map="cuda", quantization_config=cfg
         )
 
     ids = torch.tensor([IDS], device="cuda")
@@ -103,3 +111,30 @@ def test_stacked_siblings_on_gpu(smollm2_path, tmp_path):
     back = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.bfloat16, device_map="cuda")
     theirs = dict(plain.named_parameters())
     assert all(torch.equal(p, theirs[n]) for n, p in back.named_parameters())
+
+
+def test_deferred_stop_check_on_gpu(gpu_source, monkeypatch):
+    """gguf_quant.deferred_stop_check(): generate builds transformers' DeferredStopCheck on CUDA inside the block
+    (StopCheck outside it) and returns the same tokens, with the static cache (compiled) and the dynamic one."""
+    import gguf_quant
+    from transformers.generation import utils as generation_utils
+
+    built = []
+    init = generation_utils.StopCheck.__init__
+
+    def record(self, *args, **kwargs):
+        built.append(type(self).__name__)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(generation_utils.StopCheck, "__init__", record)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gpu_source.parent), gguf_file=gpu_source.name, dtype=torch.bfloat16, device_map="cuda"
+    )
+    ids = torch.tensor([IDS[:4]], device="cuda")
+    for cache in ("static", "dynamic"):
+        built.clear()
+        plain = model.generate(ids, max_new_tokens=24, do_sample=False, cache_implementation=cache)
+        with gguf_quant.deferred_stop_check():
+            late = model.generate(ids, max_new_tokens=24, do_sample=False, cache_implementation=cache)
+        assert built == ["StopCheck", "DeferredStopCheck"], cache
+        assert torch.equal(plain, late), cache

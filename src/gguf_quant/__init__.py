@@ -4,6 +4,7 @@
 `from_pretrained(..., gguf_file=...)` and `GgufQuantizeConfig` to `GGUFQuantizer`.
 """
 from .config import GgufQuantizeConfig
+from .generation import deferred_stop_check
 from .ggml import dequantize
 from .gguf_io.requantize import quantize_gguf
 from .gguf_io.writer import save_gguf
@@ -18,6 +19,7 @@ __all__ = [
     "GgufEmbedding",
     "GgufExperts",
     "dequantize",
+    "deferred_stop_check",
     "save_gguf",
     "quantize_gguf",
     "register",
