@@ -53,15 +53,27 @@ GQ_HD uint32_t prmt_raw(uint32_t a, uint32_t b, uint32_t s) {
 #endif
 }
 
-// fp16 pairs {1024 + code} from nibbles / bytes (low half <- first element).
-// (w & m) | H1024 in one LOP3 (the compiler splits two immediates into two LOP3s; keep H1024 in a register).
-template <uint32_t MASK> GQ_HD uint32_t and_or_h(uint32_t w) {
+// (w & MASK) | c in one LOP3 (the compiler splits two immediates into two LOP3s; keep c in a register).
+template <uint32_t MASK> GQ_HD uint32_t and_or(uint32_t w, uint32_t c) {
 #if defined(__CUDA_ARCH__)
   uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "n"(MASK), "r"(H1024));
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "n"(MASK), "r"(c));
   return r;
 #else
-  return (w & MASK) | H1024;
+  return (w & MASK) | c;
+#endif
+}
+// fp16 pairs {1024 + code} from nibbles / bytes (low half <- first element).
+template <uint32_t MASK> GQ_HD uint32_t and_or_h(uint32_t w) { return and_or<MASK>(w, H1024); }
+// v >> N as IMAD.HI (v x 2^(32 - N), high word) on the FMA pipe, where SHF takes the ALU pipe: IQ4_XS's
+// stage is bound by the ALU pipe (PRMT, LOP3, SHF: 785 instructions of a stage of 32 mma at MT = 2) while its
+// FMA pipe issues a third as many (NOTES.md v95).
+template <int N> GQ_HD uint32_t shr_fma(uint32_t v) {
+  static_assert(N > 0 && N < 32, "shift of 1..31");
+#if defined(__CUDA_ARCH__)
+  return __umulhi(v, 1u << (32 - N));
+#else
+  return v >> N;
 #endif
 }
 GQ_HD uint32_t nib_lo(uint32_t w) { return and_or_h<0x000F000Fu>(w); }  // lo nibbles of bytes 0, 2
@@ -93,11 +105,13 @@ GQ_HD float f16v(const uint8_t* p) { return f16_at(p); }
 
 // 16-entry byte table (entry n = byte n % 4 of t[n / 4]) applied to the 8 nibbles of w:
 // c0 = entries of nibbles 0..3, c1 = nibbles 4..7 (bit 3 of a nibble picks t2/t3).
+// 12 ALU instructions (10 PRMT, 2 LOP3) and 3 IMAD.HI for the shifts (v95; was 16 ALU).
 GQ_HD void lut8(uint32_t w, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3, uint32_t& c0, uint32_t& c1) {
   const uint32_t s = w & 0x77777777u;
-  const uint32_t sel = ((w >> 1) & 0x44444444u) | 0x32103210u;
+  const uint32_t sel = and_or<0x44444444u>(shr_fma<1>(w), 0x32103210u);
+  const uint32_t s16 = shr_fma<16>(s), sel16 = shr_fma<16>(sel);
   c0 = prmt_raw(prmt_raw(t0, t1, s), prmt_raw(t2, t3, s), sel);
-  c1 = prmt_raw(prmt_raw(t0, t1, s >> 16), prmt_raw(t2, t3, s >> 16), sel >> 16);
+  c1 = prmt_raw(prmt_raw(t0, t1, s16), prmt_raw(t2, t3, s16), sel16);
 }
 // kvalues_iq4nl + 128
 constexpr uint32_t IQ4U_T0 = 0x3F2D1801u, IQ4U_T1 = 0x766A5D4Fu, IQ4U_T2 = 0xA6998D81u, IQ4U_T3 = 0xF1D9C5B5u;
@@ -226,22 +240,36 @@ template <> struct FT<IQ4_XS> {
     d16 = false;
     return 4 * c + 16 * (k & 1) + (k >> 1) + 2 * st;
   }
+  // The 6-bit scales of a block's 8 sub-blocks (ggml's block_iq4_xs: fp16 d, uint16 scales_h with 2 high
+  // bits a sub-block, scales_l[4] with 4 low bits a sub-block, two a byte) as bytes: ls[0] sub-blocks 0, 2,
+  // 4, 6, ls[1] 1, 3, 5, 7. 6 ALU instructions for the 8, where each alone took 4 (v95).
+  static GQ_HD void sub_scales(const uint8_t* b, uint32_t (&ls)[2]) {
+    const uint32_t h = ldw<0>(b), sl = ldw<0>(b + 4);
+    const uint32_t y = perm(h, 0u, 0x4342u);         // {scales_h byte 0, 0, scales_h byte 1, 0}
+    const uint32_t z = (y | (y << 4)) & 0x0F0F0F0Fu;  // byte j: scales_h's nibble j (sub-blocks 2j, 2j + 1)
+    ls[0] = (sl & 0x0F0F0F0Fu) | ((z & 0x03030303u) << 4);
+    ls[1] = (shr_fma<4>(sl) & 0x0F0F0F0Fu) | ((z & 0x0C0C0C0Cu) << 2);
+  }
+  // ls - 32 of sub-block ib as an exact float: 0x4B0000ll is 2^23 + ls (one PRMT and one FADD, where
+  // I2F takes the conversion pipe, a quarter of the ALU pipe's rate).
+  static GQ_HD float sub_scale(const uint32_t (&ls)[2], int ib) {
+    return as_float(perm(ls[ib & 1], 0x4B000000u, 0x7540u | (uint32_t)(ib >> 1))) - 8388640.0f;
+  }
   template <class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
       const uint8_t* b = rg + 136 * s;
       const uint8_t* b8 = rg8 + 136 * s;
-      const uint32_t h = ldw<0>(b), h8 = ldw<0>(b8);          // d | scales_h << 16
-      const uint32_t sl = ldw<0>(b + 4), sl8 = ldw<0>(b8 + 4);  // scales_l[4]
+      uint32_t ls[2], ls8[2];
+      sub_scales(b, ls);
+      sub_scales(b8, ls8);
       const float d = f16v(b), d8 = f16v(b8);
 #pragma unroll
       for (int ib = 0; ib < 8; ++ib) {
-        const int ls = (int)(((sl >> (4 * ib)) & 0xF) | (((h >> (16 + 2 * ib)) & 3) << 4));
-        const int ls8 = (int)(((sl8 >> (4 * ib)) & 0xF) | (((h8 >> (16 + 2 * ib)) & 3) << 4));
         const uint32_t w = ldw<0>(b + 8 + 16 * ib + 4 * c), w8 = ldw<0>(b8 + 8 + 16 * ib + 4 * c);
         uint32_t A[2][4];
         lut_pairs(w, w8, IQ4U_T0, IQ4U_T1, IQ4U_T2, IQ4U_T3, A);
-        f(8 * s + ib, A, d * (float)(ls - 32), d8 * (float)(ls8 - 32), 0.f, 0.f);
+        f(8 * s + ib, A, d * sub_scale(ls, ib), d8 * sub_scale(ls8, ib), 0.f, 0.f);
       }
     }
   }
