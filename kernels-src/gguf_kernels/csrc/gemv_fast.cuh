@@ -116,6 +116,24 @@ GQ_HD void lut8(uint32_t w, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3, 
 // kvalues_iq4nl + 128
 constexpr uint32_t IQ4U_T0 = 0x3F2D1801u, IQ4U_T1 = 0x766A5D4Fu, IQ4U_T2 = 0xA6998D81u, IQ4U_T3 = 0xF1D9C5B5u;
 
+// prmt.b32 with each selector nibble's bit 3 as PTX defines it: the picked byte's sign replicated (0x00 or
+// 0xFF); the host model emulates it.
+GQ_HD uint32_t prmt_sx(uint32_t a, uint32_t b, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return prmt_raw(a, b, s);
+#else
+  uint32_t r = perm(a, b, s);
+  for (int i = 0; i < 4; ++i)
+    if ((s >> (4 * i + 3)) & 1) r = (r & ~(0xFFu << (8 * i))) | ((r >> (8 * i + 7)) & 1 ? 0xFFu << (8 * i) : 0u);
+  return r;
+#endif
+}
+// IQ4_XS as two 8-entry byte tables (v98): P = kvalues_iq4nl + 255 of codes 0..7 (every byte >= 0x80),
+// Q = kvalues_iq4nl of codes 8..15 (every byte < 0x80). Looked up by a code's nibble as it is, P gives its
+// entry for codes 0..7 and, sign-replicated, 0xFF for 8..15; Q by the nibble with bit 3 flipped gives its
+// entry for 8..15 and 0x00 for 0..7. So P + Q is kvalues + 255 for every code, with no select between halves.
+constexpr uint32_t IQ4P_T0 = 0xBEAC9780u, IQ4P_T1 = 0xF5E9DCCEu, IQ4Q_T0 = 0x26190D01u, IQ4Q_T1 = 0x71594535u;
+
 // ---- per-type layout ----------------------------------------------------------------------------
 // CE: elements per chunk per row; CB: bytes per chunk per row; RS: shared-memory row stride;
 // GS: elements per group (one scale); STEPS = GS / 16 mma steps per group; Z: zero code;
@@ -124,6 +142,9 @@ constexpr uint32_t IQ4U_T0 = 0x3F2D1801u, IQ4U_T1 = 0x766A5D4Fu, IQ4U_T2 = 0xA69
 // slot(G, st, c, k, div16): element (within group G) held in B slot k (0,1: b0 lo/hi; 2,3: b1) of
 // lane c at step st, and whether it is used as x / 16 (the weight is 1024 + 16u there).
 template <int T> struct FT { static constexpr bool OK = false; };
+// Whether T's fast kernels multiply int8 (mma.m16n8k32, u8 weights x the activations' s8 high and u8 low
+// bytes) in place of fp16: IQ4_XS, whose table decode bound its stages (v98, NOTES.md next step 4).
+template <int T> GQ_HD constexpr bool fast_i8() { return T == IQ4_XS; }
 
 template <> struct FT<Q4_0> {
   static constexpr bool OK = true, HAS_MIN = false, MIS = false;
@@ -231,15 +252,21 @@ template <> struct FT<MXFP4> {
   static GQ_HD void scale(const uint8_t* ch, int G, float& s, float& o) { s = e8m0(ch[17 * G]); o = 0.f; }
 };
 
-// IQ4_XS: codes through kvalues_iq4nl, 512 elements (272 bytes) per chunk; lane c's word holds elements
-// 4c + i (lo nibbles) and 16 + 4c + i (hi) of a 32-element sub-block.
+// IQ4_XS: codes through kvalues_iq4nl, 512 elements (272 bytes) per chunk; lane c's word of a 32-element
+// sub-block holds elements 4c + i (low nibbles) and 16 + 4c + i (high) of it. Two forms (chunk<I8>):
+// - fp16 pairs (lut_pairs; the tile kernel, whose 2-4 token groups a decode would each convert from int):
+//   `slot`, Z = 128;
+// - int8 (v98, `fast_i8`: mma.m16n8k32 u8 x {s8, u8}; the stream kernels and gemv_fast_kernel): P and Q
+//   fragments, whose bytes keep the nibbles' order, so byte j of the A register for mma k = 4c + j (+ 16) is
+//   element 16 (j & 1) + 4c + j / 2 (+ 2): `elem`, Z8 = 255 (P + Q = kvalues + 255).
 template <> struct FT<IQ4_XS> {
   static constexpr bool OK = true, HAS_MIN = false, MIS = false;
-  static constexpr int CE = 512, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 128;
+  static constexpr int CE = 512, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 128, Z8 = 255;
   static GQ_HD int slot(int, int st, int c, int k, bool& d16) {
     d16 = false;
     return 4 * c + 16 * (k & 1) + (k >> 1) + 2 * st;
   }
+  static GQ_HD int elem(int c, int reg, int j) { return 16 * (j & 1) + 4 * c + (j >> 1) + 2 * reg; }
   // The 6-bit scales of a block's 8 sub-blocks (ggml's block_iq4_xs: fp16 d, uint16 scales_h with 2 high
   // bits a sub-block, scales_l[4] with 4 low bits a sub-block, two a byte) as bytes: ls[0] sub-blocks 0, 2,
   // 4, 6, ls[1] 1, 3, 5, 7. 6 ALU instructions for the 8, where each alone took 4 (v95).
@@ -255,7 +282,7 @@ template <> struct FT<IQ4_XS> {
   static GQ_HD float sub_scale(const uint32_t (&ls)[2], int ib) {
     return as_float(perm(ls[ib & 1], 0x4B000000u, 0x7540u | (uint32_t)(ib >> 1))) - 8388640.0f;
   }
-  template <class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
+  template <bool I8 = true, class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
       const uint8_t* b = rg + 136 * s;
@@ -268,7 +295,16 @@ template <> struct FT<IQ4_XS> {
       for (int ib = 0; ib < 8; ++ib) {
         const uint32_t w = ldw<0>(b + 8 + 16 * ib + 4 * c), w8 = ldw<0>(b8 + 8 + 16 * ib + 4 * c);
         uint32_t A[2][4];
-        lut_pairs(w, w8, IQ4U_T0, IQ4U_T1, IQ4U_T2, IQ4U_T3, A);
+        if constexpr (I8) {  // A[0] the P fragment, A[1] the Q one: rows g (w), g + 8 (w8), k 4c + j, then 16 + 4c + j
+          const uint32_t q = w ^ 0x88888888u, q8 = w8 ^ 0x88888888u;
+          const uint32_t w16 = shr_fma<16>(w), w816 = shr_fma<16>(w8), q16 = shr_fma<16>(q), q816 = shr_fma<16>(q8);
+          A[0][0] = prmt_sx(IQ4P_T0, IQ4P_T1, w);   A[0][1] = prmt_sx(IQ4P_T0, IQ4P_T1, w8);
+          A[0][2] = prmt_sx(IQ4P_T0, IQ4P_T1, w16); A[0][3] = prmt_sx(IQ4P_T0, IQ4P_T1, w816);
+          A[1][0] = prmt_sx(IQ4Q_T0, IQ4Q_T1, q);   A[1][1] = prmt_sx(IQ4Q_T0, IQ4Q_T1, q8);
+          A[1][2] = prmt_sx(IQ4Q_T0, IQ4Q_T1, q16); A[1][3] = prmt_sx(IQ4Q_T0, IQ4Q_T1, q816);
+        } else {
+          lut_pairs(w, w8, IQ4U_T0, IQ4U_T1, IQ4U_T2, IQ4U_T3, A);
+        }
         f(8 * s + ib, A, d * sub_scale(ls, ib), d8 * sub_scale(ls8, ib), 0.f, 0.f);
       }
     }
@@ -281,6 +317,13 @@ template <> struct FT<IQ4_XS> {
     o = 0.f;
   }
 };
+
+// T's chunk decode in the records' form I8 (fast_i8<T>() where the kernel takes int8 products; every other
+// type has the fp16 form only).
+template <int T, bool I8, class F> GQ_HD void chunk_as(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
+  if constexpr (fast_i8<T>()) FT<T>::template chunk<I8>(rg, rg8, c, f);
+  else FT<T>::chunk(rg, rg8, c, f);
+}
 
 // Q4_K / Q5_K 6-bit scales and mins of the 8 sub-blocks from the three scale words (get_scale_min_k4):
 // bytes of sc[0] = sub-blocks 0..3, sc[1] = 4..7; same for mn.
@@ -452,16 +495,61 @@ template <int T> struct Prep {
   // the record's 16-byte pieces are stored as piece k ^ rot in the k-th store, rot from the record's
   // 128-byte line, so that the 8 threads of a 128-bit store's phase write 8 different bank groups (in
   // order, records of 64 bytes put 4 threads on each: 4-way conflicted; Q6_K's 32 bytes, 2-way)
-  template <bool SWZ = false>
+  // I8: int8 records (fast_i8 types' stream kernels and gemv_fast_kernel), else fp16 (every other type, and
+  // the tile kernel's)
+  template <bool SWZ = false, bool I8 = fast_i8<T>()>
   static GQ_HD void group(const float* xv, int G, int t, int M, uint8_t* xb, uint8_t* xs) {
+    if constexpr (I8) group_i8(xv, G, t, M, xb, xs);
+    else group_f16<SWZ>(xv, G, t, M, xb, xs);
+  }
+  // sigma = 2^(E - P) for amax's exponent E, so that amax / sigma is in [2^P, 2^(P + 1)); inv = 1 / sigma
+  template <int P> static GQ_HD void pow2_scale(float amax, float& sigma, float& inv) {
+    const uint32_t be = (as_uint(amax) >> 23) & 0xFF;
+    const uint32_t se = be > P + 1 ? be - P : 1u;
+    sigma = as_float(se << 23);
+    inv = as_float((254u - se) << 23);
+  }
+  // fast_i8 (v98): x / sigma rounded to int16 (|x| / sigma < 2^15; 2^15 itself, from rounding up, taken as
+  // 2^15 - 1), as its high byte (s8) and low byte (u8): lane slot c's
+  // words are the high plane's b0 (mma k 4c + j), b1 (16 + 4c + j), then the low plane's; the products'
+  // offset, Z8 = 255 a code (P + Q), is removed with the rounded values' own sum, so that it cancels exactly
+  static GQ_HD void group_i8(const float* xv, int G, int t, int M, uint8_t* xb, uint8_t* xs) {
+    float am[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int e = 0; e < L::GS; ++e) am[e & 3] = fmaxf(am[e & 3], fabsf(xv[e]));
+    float sigma, inv;
+    pow2_scale<14>(fmaxf(fmaxf(am[0], am[1]), fmaxf(am[2], am[3])), sigma, inv);
+    uint32_t* rec = reinterpret_cast<uint32_t*>(xb + ((size_t)G * M + t) * BREC);
+    int Sq = 0;
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+#pragma unroll
+      for (int reg = 0; reg < 2; ++reg) {
+        uint32_t hi = 0, lo = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int r = (int)rintf(xv[L::elem(c, reg, j)] * inv), q = r > 32767 ? 32767 : r;
+          Sq += q;
+          hi |= ((uint32_t)(q >> 8) & 0xFFu) << (8 * j);
+          lo |= ((uint32_t)q & 0xFFu) << (8 * j);
+        }
+        rec[4 * c + reg] = hi;
+        rec[4 * c + 2 + reg] = lo;
+      }
+    float* sb = reinterpret_cast<float*>(xs + (size_t)G * gr(M));
+    sb[2 * t] = sigma;
+    sb[2 * t + 1] = -(float)(L::Z8 * Sq) * sigma;
+    if ((M & 1) && t == M - 1) sb[2 * t + 2] = sb[2 * t + 3] = 0.f;  // the pad token of the last pair
+  }
+  template <bool SWZ = false>
+  static GQ_HD void group_f16(const float* xv, int G, int t, int M, uint8_t* xb, uint8_t* xs) {
     float am[4] = {0.f, 0.f, 0.f, 0.f}, s4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int e = 0; e < L::GS; ++e) { am[e & 3] = fmaxf(am[e & 3], fabsf(xv[e])); s4[(e & 1) + 2 * (e >> 4)] += xv[e]; }
     const float amax = fmaxf(fmaxf(am[0], am[1]), fmaxf(am[2], am[3]));
     const float Slo = s4[0] + s4[1], Shi = s4[2] + s4[3], S = Slo + Shi;
-    const uint32_t be = (as_uint(amax) >> 23) & 0xFF;
-    const uint32_t se = be > 14 ? be - 13 : 1u;  // sigma = 2^(E - 13): amax / sigma in [2^13, 2^14)
-    const float sigma = as_float(se << 23), inv = as_float((254u - se) << 23);
+    float sigma, inv;
+    pow2_scale<13>(amax, sigma, inv);
     // x / 16's factor as one power of two (inv >= 2^-114, so inv / 16 stays normal): x * (inv / 16) is exactly
     // (x * inv) / 16 wherever that is normal, and both are under fp16's smallest value where it is not
     const float inv16 = inv * 0.0625f;

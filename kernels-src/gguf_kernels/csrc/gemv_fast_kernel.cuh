@@ -177,6 +177,58 @@ __device__ __forceinline__ void mma16816_z(float (&d)[4], const uint32_t (&a)[4]
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
 }
 
+// mma.m16n8k32 with u8 A and s8 (SB) or u8 B, int32 accumulators (ACC: add to d, else d = the product).
+template <bool SB, bool ACC>
+__device__ __forceinline__ void imma16832(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (SB && ACC)
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else if constexpr (SB)
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+  else if constexpr (ACC)
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+// An int of magnitude under 2^22 as float on the FMA pipe: 0x4B400000 + v is 1.5 x 2^23 + v (IMAD, FADD),
+// where I2F takes the conversion pipe at a quarter of the rate.
+__device__ __forceinline__ float i2f22(int v) {
+  int r;
+  asm("mad.lo.s32 %0, %1, 1, 0x4B400000;" : "=r"(r) : "r"(v));
+  return __int_as_float(r) - 12582912.f;
+}
+// One group's products D (fragment layout of m16n8k16's f32 accumulators) from its A fragments (L::chunk)
+// and the lane's four B record words b: fp16, STEPS m16n8k16; I8 (fast_i8, v98), one m16n8k32 of A[0] (P) and
+// A[1] (Q) against the activations' high bytes b0, b1 and low bytes b2, b3, D = 256 D_hi + D_lo, converted
+// by I2F once (CVT: the conversion pipe, a quarter rate but beside the ALU's work; `asm volatile` keeps ptxas
+// from hoisting them, which spilled 200-550 bytes) or, where that still spills (the ONE forms), as two
+// magic-number conversions (each part under 2^22: |D_hi| <= 32 x 368 x 128, D_lo <= 32 x 368 x 255).
+template <int T, bool I8 = fast_i8<T>(), bool CVT = true>
+__device__ __forceinline__ void group_mma(float (&D)[4], const uint32_t (&A)[2][4], const uint32_t (&b)[4]) {
+  if constexpr (I8) {
+    int dh[4], dl[4];
+    imma16832<true, false>(dh, A[0], b[0], b[1]);
+    imma16832<true, true>(dh, A[1], b[0], b[1]);
+    imma16832<false, false>(dl, A[0], b[2], b[3]);
+    imma16832<false, true>(dl, A[1], b[2], b[3]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (CVT) asm volatile("cvt.rn.f32.s32 %0, %1;" : "=f"(D[i]) : "r"(dh[i] * 256 + dl[i]));
+      else D[i] = fmaf(256.f, i2f22(dh[i]), i2f22(dl[i]));
+    }
+  } else {
+    mma16816_z(D, A[0], b[0], b[1]);
+    if constexpr (FT<T>::STEPS == 2) mma16816(D, A[1], b[2], b[3]);
+  }
+}
+
 struct FastArgs {
   const uint8_t* w;
   int64_t row_bytes;
@@ -277,7 +329,8 @@ __device__ __forceinline__ void load_group(const XT* xp, float (&v)[GS]) {
 #pragma unroll
   for (int i = 0; i < GS / 8; ++i) piece_floats<XT>(*reinterpret_cast<const uint4*>(xp + 8 * i), v + 8 * i);
 }
-template <int T, typename XT>
+// I8: the records for int8 products (fast_i8 types, but for the tile kernel's)
+template <int T, typename XT, bool I8 = fast_i8<T>()>
 __global__ void __launch_bounds__(128) prep_kernel(const XT* __restrict__ x, int64_t x_stride, int K, int M,
                                                   uint8_t* __restrict__ xb, uint8_t* __restrict__ xs) {
   using L = FT<T>;
@@ -288,7 +341,7 @@ __global__ void __launch_bounds__(128) prep_kernel(const XT* __restrict__ x, int
   const int G = idx / M, t = idx - G * M;
   float v[L::GS];
   load_group(x + (int64_t)t * x_stride + (int64_t)G * L::GS, v);
-  Prep<T>::group(v, G, t, M, xb, xs);
+  Prep<T>::template group<false, I8>(v, G, t, M, xb, xs);
 }
 
 // ---- main kernel ---------------------------------------------------------------------------------
@@ -390,8 +443,7 @@ __global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
         sb[0] = r.x; sb[1] = r.y; sb[2] = r.z; sb[3] = r.w;
       }
       float D[4];
-      mma16816_z(D, A[0], b[0], b[1]);
-      if constexpr (STEPS == 2) mma16816(D, A[1], b[2], b[3]);
+      group_mma<T>(D, A, b);
       epilogue(D, sb, sg, sg8, acc);
       if constexpr (L::HAS_MIN) {
         const float2 r = *reinterpret_cast<const float2*>(SSs + q * GR);

@@ -1099,17 +1099,17 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
   return launch_stream_dense<T, 8>(a, xt, stream);
 }
 // prep_kernel: the records of ga's M tokens into `scratch` (Prep<T>'s layout: B part, then sigma / beta).
-template <int T>
+template <int T, bool I8 = fast_i8<T>()>
 cudaError_t launch_prep(const GemvArgs& ga, DType xt, void* scratch, cudaStream_t stream) {
   const int K = ga.K, M = ga.M;
   uint8_t* xb = reinterpret_cast<uint8_t*>(scratch);
   uint8_t* xs = xb + Prep<T>::b_bytes(K, M);
   const dim3 grid((K / FT<T>::GS * M + 127) / 128);
   if (xt == DType::BF16)
-    prep_kernel<T, __nv_bfloat16><<<grid, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(ga.x), ga.x_stride,
+    prep_kernel<T, __nv_bfloat16, I8><<<grid, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(ga.x), ga.x_stride,
                                                              K, M, xb, xs);
   else if (xt == DType::F16)
-    prep_kernel<T, __half><<<grid, 128, 0, stream>>>(reinterpret_cast<const __half*>(ga.x), ga.x_stride, K, M, xb, xs);
+    prep_kernel<T, __half, I8><<<grid, 128, 0, stream>>>(reinterpret_cast<const __half*>(ga.x), ga.x_stride, K, M, xb, xs);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();

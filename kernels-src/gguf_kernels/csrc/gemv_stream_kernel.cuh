@@ -690,8 +690,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
         const uint2 r = *reinterpret_cast<const uint2*>(Bq);
         b[0] = r.x; b[1] = r.y;
       }
-      mma16816_z(D, A[0], b[0], b[1]);
-      if constexpr (STEPS == 2) mma16816(D, A[1], b[2], b[3]);
+      group_mma<T, fast_i8<T>(), !ONE>(D, A, b);
     };
     if constexpr (MT == 8) {  // every product kept, the epilogue right after it (registers)
       const auto all = [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {

@@ -107,7 +107,8 @@ __global__ void __launch_bounds__(32 * TF_WARPS, 2) tile_fast_kernel(const FastA
     const uint8_t* rg = st + (16 * warp + g) * RS;
     const uint8_t* Bw = st + WB + g * BREC + c * 16;
     const uint8_t* Sw = st + WB + BB;
-    L::chunk(rg, rg + 8 * RS, c, [&](int qq, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+    // fp16 for every type: its NT token groups would each convert int8 products (v98)
+    chunk_as<T, false>(rg, rg + 8 * RS, c, [&](int qq, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
       const uint8_t* Bq = Bw + qq * TT * BREC;
       const uint8_t* Sq = Sw + qq * TT * SBREC;
       // every token group, held or not (an empty one's columns are never stored): a branch here kept
@@ -118,8 +119,7 @@ __global__ void __launch_bounds__(32 * TF_WARPS, 2) tile_fast_kernel(const FastA
         const float4 r = *reinterpret_cast<const float4*>(Sq + 64 * t + 16 * c);  // tokens 8t + 2c, + 1
         const float sb[4] = {r.x, r.y, r.z, r.w};
         float D[4];
-        mma16816_z(D, A[0], b.x, b.y);
-        mma16816(D, A[1], b.z, b.w);
+        group_mma<T, false>(D, A, {b.x, b.y, b.z, b.w});
         epilogue(D, sb, sg, sg8, acc[t]);
         if constexpr (L::HAS_MIN) {
           const float2 m = *reinterpret_cast<const float2*>(Sq + TT * 8 + 32 * t + 8 * c);
@@ -243,7 +243,7 @@ cudaError_t launch_tile_fast(const GemvArgs& ga, DType xt, void* scratch, size_t
     TileFastChoice ch;
     const size_t need = tile_fast_plan<T>(ga.N, K, M, ga.row_bytes, ch);
     if (need == 0 || scratch_size < need || (xt != DType::BF16 && xt != DType::F16)) return cudaErrorNotSupported;
-    cudaError_t e = launch_prep<T>(ga, xt, scratch, stream);
+    cudaError_t e = launch_prep<T, false>(ga, xt, scratch, stream);
     if (e != cudaSuccess) return e;
     FastArgs a = fast_args(ga, xt);
     a.xb = reinterpret_cast<uint8_t*>(scratch);

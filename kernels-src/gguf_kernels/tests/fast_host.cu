@@ -47,6 +47,29 @@ static void mma_model(const uint32_t (*A)[4], const uint32_t (*B)[2], float (*D)
   }
 }
 
+// D[lane][4] += A (u8) x B (s8 when sb, else u8), PTX m16n8k32 layouts: A registers 0, 2 row g, 1, 3 row
+// g + 8, bytes j at k 4c + j (registers 0, 1) and 16 + 4c + j (2, 3); B registers 0, 1 column g, the same k.
+static void imma_model(const uint32_t (*A)[4], const uint32_t (*B)[2], bool sb, int64_t (*D)[4]) {
+  int a[16][32], b[32][8];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, c = lane & 3;
+    for (int r = 0; r < 4; ++r)
+      for (int j = 0; j < 4; ++j) a[g + 8 * (r & 1)][4 * c + 16 * (r >> 1) + j] = (A[lane][r] >> (8 * j)) & 0xFF;
+    for (int r = 0; r < 2; ++r)
+      for (int j = 0; j < 4; ++j) {
+        const int v = (B[lane][r] >> (8 * j)) & 0xFF;
+        b[4 * c + 16 * r + j][g] = sb ? (int)(int8_t)v : v;
+      }
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, c = lane & 3;
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e >> 1), col = 2 * c + (e & 1);
+      for (int k = 0; k < 32; ++k) D[lane][e] += (int64_t)a[row][k] * b[k][col];
+    }
+  }
+}
+
 struct Rec {
   uint32_t A[2][4];
   float sg, sg8, og, og8;
@@ -55,8 +78,26 @@ struct Rec {
 
 // D += the group's product over its STEPS mma steps: A from the lanes' records (lane l at
 // recs[l * stride]), B from brec(g, c), lane (g, c)'s record words (two per step; nullptr: zeros).
+// I8 (fast_i8): A[0], A[1] the P and Q fragments of one m16n8k32, B words 0, 1 the activations' high
+// bytes and 2, 3 their low ones; D += 256 D_hi + D_lo, as the kernels' group_mma.
 template <class BRec>
-static void mma_group(const Rec* recs, int stride, int STEPS, float (*D)[4], BRec&& brec) {
+static void mma_group(const Rec* recs, int stride, int STEPS, float (*D)[4], BRec&& brec, bool I8 = false) {
+  if (I8) {
+    int64_t Dh[32][4] = {}, Dl[32][4] = {};
+    for (int s = 0; s < 2; ++s) {
+      uint32_t A[32][4], Bh[32][2], Bl[32][2];
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int r = 0; r < 4; ++r) A[lane][r] = recs[lane * stride].A[s][r];
+        const uint32_t* bp = reinterpret_cast<const uint32_t*>(brec(lane >> 2, lane & 3));
+        for (int r = 0; r < 2; ++r) { Bh[lane][r] = bp ? bp[r] : 0u; Bl[lane][r] = bp ? bp[2 + r] : 0u; }
+      }
+      imma_model(A, Bh, true, Dh);
+      imma_model(A, Bl, false, Dl);
+    }
+    for (int lane = 0; lane < 32; ++lane)
+      for (int e = 0; e < 4; ++e) D[lane][e] += fmaf(256.f, (float)Dh[lane][e], (float)Dl[lane][e]);
+    return;
+  }
   for (int s = 0; s < STEPS; ++s) {
     uint32_t A[32][4], B[32][2];
     for (int lane = 0; lane < 32; ++lane) {
@@ -72,7 +113,7 @@ static void mma_group(const Rec* recs, int stride, int STEPS, float (*D)[4], BRe
 // One lane's decode of one chunk of rows rg, rg8: the A fragments and scales of each group, into
 // out[0 .. groups of the chunk) (RAG: as gemv_stream_kernel decodes ragged rows, chunk_ragged; ITEM: a
 // flat item, which for Q6_K is one super-block of each, rg8 2 bytes past 4-byte alignment).
-template <int T, bool RAG = false, bool ITEM = false>
+template <int T, bool RAG = false, bool ITEM = false, bool I8 = fast_i8<T>()>
 static void decode_chunk(const uint8_t* rg, const uint8_t* rg8, int c, Rec* out) {
   const auto f = [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
     Rec& rc = out[q];
@@ -82,7 +123,7 @@ static void decode_chunk(const uint8_t* rg, const uint8_t* rg8, int c, Rec* out)
   };
   if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, f);
   else if constexpr (ITEM && FT<T>::MIS) FT<T>::template sb<0, 2>(rg, rg8, c, 0, f);
-  else FT<T>::chunk(rg, rg8, c, f);
+  else chunk_as<T, I8>(rg, rg8, c, f);
 #if !defined(__CUDA_ARCH__)  // (nvcc's device pass parses this too)
   if (host_misaligned) {
     std::fprintf(stderr, "a word load the GPU would fault on (alignment)\n");
@@ -91,7 +132,8 @@ static void decode_chunk(const uint8_t* rg, const uint8_t* rg8, int c, Rec* out)
 #endif
 }
 
-template <int T>
+// I8 = false: the fp16 records and decode of a fast_i8 type, as the tile kernel takes them.
+template <int T, bool I8 = fast_i8<T>()>
 static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M, float* out, int U) {
   using L = FT<T>;
   const int GPC = U * (L::CE / L::GS), STEPS = L::STEPS, RS = rs_bytes<T>(U), UCB = U * L::CB;
@@ -101,7 +143,7 @@ static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M
   uint8_t* xb = scratch.data();
   uint8_t* xs = xb + Prep<T>::b_bytes(K, M);
   for (int G = 0; G < nG; ++G)
-    for (int t = 0; t < M; ++t) Prep<T>::group(x + (size_t)t * K + (size_t)G * L::GS, G, t, M, xb, xs);
+    for (int t = 0; t < M; ++t) Prep<T>::template group<false, I8>(x + (size_t)t * K + (size_t)G * L::GS, G, t, M, xb, xs);
 
   const int SW = 16 * RS, SBB = GPC * M * 32 * STEPS, SSB = GPC * GR;
   std::vector<uint8_t> stage_mem(SW + SBB + SSB + 64 + 16, 0);
@@ -129,7 +171,7 @@ static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M
         for (int u = 0; u < U; ++u) {
         const uint8_t* rg = st + g * RS + mis + u * L::CB;
         const uint8_t* rg8 = st + (g + 8) * RS + mis + u * L::CB;
-        decode_chunk<T>(rg, rg8, c, &recs[lane * GPC + u * (L::CE / L::GS)]);
+        decode_chunk<T, false, false, I8>(rg, rg8, c, &recs[lane * GPC + u * (L::CE / L::GS)]);
         }
       }
       for (int q = 0; q < GPC; ++q) {
@@ -139,7 +181,7 @@ static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M
         // token g's records, in lane c's slots
         mma_group(&recs[q], GPC, STEPS, D, [&](int g, int c) -> const uint8_t* {
           return g < M ? st + SW + (size_t)q * M * 32 * STEPS + (g * 4 + c) * (8 * STEPS) : nullptr;
-        });
+        }, I8);
         for (int lane = 0; lane < 32; ++lane) {
           const int c = lane & 3;
           const Rec& rc = recs[lane * GPC + q];
@@ -247,7 +289,7 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
       mma_group(&rcs[q], GPC, STEPS, D, [&](int g, int c) -> const uint8_t* {
         return recs.data() + stream_rec_off(g / CPS, RB, MT) + (size_t)chunk_of(g) * SR::bstride() + q * BREC +
                c * (8 * STEPS);
-      });
+      }, fast_i8<T>());
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane >> 2, c = lane & 3, kap = g % CPS;
         const Rec& rc = rcs[lane * GPC + q];
@@ -402,7 +444,7 @@ static int run_stream_one(const uint8_t* w, int R, int64_t rb, int K, const floa
         mma_group(&rcs[q], GPC, STEPS, Dq, [&](int g, int c) -> const uint8_t* {
           const int ne = (g >> 1) ^ (g & 1), k = q & 1 ? ne ^ 2 : ne;
           return recs.data() + (size_t)live_chunk(k) * SR::bstride() + q * BREC + c * (8 * STEPS);
-        });
+        }, fast_i8<T>());
         std::memcpy(&D[(size_t)q * 128], Dq, sizeof(Dq));
       }
       for (int lane = 0; lane < 32; ++lane) {
@@ -503,7 +545,7 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
         float Dq[32][4] = {};
         mma_group(&rcs[q], GPI, STEPS, Dq, [&](int g, int c) -> const uint8_t* {
           return recs.data() + FL::rec(FL::col(s, g, n), SR::bstride(), BREC) + q * BREC + c * (8 * STEPS);
-        });
+        }, fast_i8<T>());
         std::memcpy(&D[(size_t)q * 128], Dq, sizeof(Dq));
       }
       for (int lane = 0; lane < 32; ++lane) {
@@ -570,9 +612,13 @@ extern "C" int fast_matmul_stream(int t, const uint8_t* w, int R, long long rb, 
   });
 }
 
+// f16: a fast_i8 type's fp16 form (the tile kernel's records and decode)
 extern "C" int fast_matmul(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M, float* out,
-                           int U) {
-  return with_fast_type(t, 1, [&](auto T) { return run<decltype(T)::value>(w, R, rb, K, x, M, out, U); });
+                           int U, int f16) {
+  return with_fast_type(t, 1, [&](auto T) {
+    constexpr int TT = decltype(T)::value;
+    return f16 ? run<TT, false>(w, R, rb, K, x, M, out, U) : run<TT>(w, R, rb, K, x, M, out, U);
+  });
 }
 
 // FT<T>::scale against the scales FT<T>::chunk passes for every group of one row's chunks (K a

@@ -90,14 +90,16 @@ def main():
         for K in ([2048, 4096] if name in ("Q6_K", "IQ4_XS", "MXFP4") else [1024, 2048]):
             R = 37
             packed, w = random_rows(name, R, K, rng)
-            for M, U in ((1, 1), (2, 2), (3, 4), (8, 1), (1, 4), (8, 2)):
-                x = wide_x(rng, M, K)
-                out = np.full((M, R), np.nan, np.float32)
-                rc = lib.fast_matmul(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
-                                     ctypes.c_longlong(packed.shape[1]), K,
-                                     np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p), M,
-                                     out.ctypes.data_as(ctypes.c_void_p), U)
-                bad += not report(f"{name:7s} K={K:5d} M={M} U={U}", rc, out, x, w)
+            # IQ4_XS twice: its int8 records and decode (v98, the stream kernels'), then its fp16 ones (the tile kernel's)
+            for f16 in ((0, 1) if name == "IQ4_XS" else (0,)):
+                for M, U in ((1, 1), (2, 2), (3, 4), (8, 1), (1, 4), (8, 2)):
+                    x = wide_x(rng, M, K)
+                    out = np.full((M, R), np.nan, np.float32)
+                    rc = lib.fast_matmul(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
+                                         ctypes.c_longlong(packed.shape[1]), K,
+                                         np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p), M,
+                                         out.ctypes.data_as(ctypes.c_void_p), U, f16)
+                    bad += not report(f"{name:7s} K={K:5d} M={M} U={U}{' f16' if f16 else ''}", rc, out, x, w)
     # gemv_stream_kernel's dense path (MT = 1, 2, 4, 8 tokens): odd R (a short last unit for every MT),
     # one stage, several stages, and a short last stage for every MT < 8 (11 chunks; Q6_K: stages
     # 0, 4, 8 and 12 bytes past a 16-byte boundary). Then ragged rows (M = 1 only): not a multiple of
