@@ -510,9 +510,9 @@ template <int T> struct Prep {
     inv = as_float((254u - se) << 23);
   }
   // fast_i8 (v98): x / sigma rounded to int16 (|x| / sigma < 2^15; 2^15 itself, from rounding up, taken as
-  // 2^15 - 1), as its high byte (s8) and low byte (u8): lane slot c's
-  // words are the high plane's b0 (mma k 4c + j), b1 (16 + 4c + j), then the low plane's; the products'
-  // offset, Z8 = 255 a code (P + Q), is removed with the rounded values' own sum, so that it cancels exactly
+  // 2^15 - 1), as its high byte (s8) and low byte (u8). Lane slot c's words: the high plane's b0 (mma k 4c + j)
+  // and b1 (16 + 4c + j), then the low plane's. The products' offset, Z8 = 255 a code (P + Q), is removed with
+  // the rounded values' own sum, so that it cancels exactly.
   static GQ_HD void group_i8(const float* xv, int G, int t, int M, uint8_t* xb, uint8_t* xs) {
     float am[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll

@@ -177,28 +177,21 @@ __device__ __forceinline__ void mma16816_z(float (&d)[4], const uint32_t (&a)[4]
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
 }
 
-// mma.m16n8k32 with u8 A and s8 (SB) or u8 B, int32 accumulators (ACC: add to d, else d = the product).
-template <bool SB, bool ACC>
+// d += a b, mma.m16n8k32 with u8 A and s8 (SB) or u8 B, int32 accumulators.
+template <bool SB>
 __device__ __forceinline__ void imma16832(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (SB && ACC)
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else if constexpr (SB)
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
-  else if constexpr (ACC)
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+#define GQ_IMMA16832(BT) \
+  "mma.sync.aligned.m16n8k32.row.col.s32.u8." BT ".s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+  if constexpr (SB)
+    asm volatile(GQ_IMMA16832("s8") : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   else
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+    asm volatile(GQ_IMMA16832("u8") : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#undef GQ_IMMA16832
 }
-// An int of magnitude under 2^22 as float on the FMA pipe: 0x4B400000 + v is 1.5 x 2^23 + v (IMAD, FADD),
-// where I2F takes the conversion pipe at a quarter of the rate.
+// An int of magnitude under 2^22 as float without I2F: the bits 0x4B400000 + v are 1.5 x 2^23 + v (an integer
+// add, which ptxas places, and an FADD).
 __device__ __forceinline__ float i2f22(int v) {
   int r;
   asm("mad.lo.s32 %0, %1, 1, 0x4B400000;" : "=r"(r) : "r"(v));
@@ -207,17 +200,17 @@ __device__ __forceinline__ float i2f22(int v) {
 // One group's products D (fragment layout of m16n8k16's f32 accumulators) from its A fragments (L::chunk)
 // and the lane's four B record words b: fp16, STEPS m16n8k16; I8 (fast_i8, v98), one m16n8k32 of A[0] (P) and
 // A[1] (Q) against the activations' high bytes b0, b1 and low bytes b2, b3, D = 256 D_hi + D_lo, converted
-// by I2F once (CVT: the conversion pipe, a quarter rate but beside the ALU's work; `asm volatile` keeps ptxas
+// by I2F once, rounded to float (CVT: the conversion pipe, a quarter rate but beside the ALU's work; `asm volatile` keeps ptxas
 // from hoisting them, which spilled 200-550 bytes) or, where that still spills (the ONE forms), as two
 // magic-number conversions (each part under 2^22: |D_hi| <= 32 x 368 x 128, D_lo <= 32 x 368 x 255).
 template <int T, bool I8 = fast_i8<T>(), bool CVT = true>
 __device__ __forceinline__ void group_mma(float (&D)[4], const uint32_t (&A)[2][4], const uint32_t (&b)[4]) {
   if constexpr (I8) {
-    int dh[4], dl[4];
-    imma16832<true, false>(dh, A[0], b[0], b[1]);
-    imma16832<true, true>(dh, A[1], b[0], b[1]);
-    imma16832<false, false>(dl, A[0], b[2], b[3]);
-    imma16832<false, true>(dl, A[1], b[2], b[3]);
+    int dh[4] = {0, 0, 0, 0}, dl[4] = {0, 0, 0, 0};
+    imma16832<true>(dh, A[0], b[0], b[1]);
+    imma16832<true>(dh, A[1], b[0], b[1]);
+    imma16832<false>(dl, A[0], b[2], b[3]);
+    imma16832<false>(dl, A[1], b[2], b[3]);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       if constexpr (CVT) asm volatile("cvt.rn.f32.s32 %0, %1;" : "=f"(D[i]) : "r"(dh[i] * 256 + dl[i]));
