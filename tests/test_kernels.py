@@ -310,10 +310,17 @@ def test_matmul_stream_grid_first(name, N, K, ms, rng):
     """The grid K split before a plain launch that takes the case (v92): Q6_K from 2^25 elements at M = 2..4 (at M = 2
     up to 2^26; 4096 -> 11007, the last unit a row short; 8192 -> 8192), and at M = 2 where the plain MT = 2 launch
     leaves SMs without a CTA (stream_plain_idle: Q8_0 17408 -> 5120, two rounds of 8 warps on 80 CTAs; Q5_K 4096 ->
-    11008 on 86, Q4_K 2560 -> 9727 on 76), and Q5_K at M = 4 from 2^25 elements (v100). Against gguf-py's
+    11008 on 86, Q4_K 2560 -> 9727 on 76), and Q5_K at M = 4 from 2^25 elements where K >= 4096 and N >= 8192 (v100). Against gguf-py's
     dequantization, fp16 at the last M; the launch is the grid's (GZ) by torch.profiler where CUPTI is free, and not
     under GGUF_KERNELS_FAST_KS_PLAIN=1 (test_matmul_stream_grid_first_off)."""
     check_grid_launch(name, N, K, ms, os.environ.get("GGUF_KERNELS_FAST_KS_PLAIN") != "1", rng)
+
+
+@pytest.mark.parametrize("N, K", [(16384, 3072), (7168, 5120)])
+def test_matmul_stream_q5k_m4_plain(N, K, rng):
+    """Q5_K at M = 4 above 2^25 elements keeps the plain launch where session 66 timed it faster than the grid (3072 ->
+    16384: K under 4096; 5120 -> 7168: N under 8192). Against gguf-py's dequantization; the launch is not the grid's."""
+    check_grid_launch("Q5_K", N, K, (4,), False, rng)
 
 
 def test_matmul_stream_grid_first_off():

@@ -703,13 +703,15 @@ constexpr bool ks_grid_auto(int N, int K) {
 // 8192 (16.8 M, +1.0), nor at M = 2 on rows that are not 16-byte multiples (3072 -> 16384 23.1 -> 28.3). v100 (the same
 // call's forced grid, main -> grid, us): Q5_K at M = 4 from 2^25 elements too, 4096 -> 11008 16.1 -> 15.7, 4096 -> 12288
 // 16.8 -> 16.1, 4096 -> 14336 20.2 -> 19.5, 8192 -> 8192 22.5 -> 21.3; not at M = 3 (-0.8 to +0.35 us), nor on
-// 2048 -> 8192 (+1.2).
+// 2048 -> 8192 (+1.2). Session 66 (the grid against GGUF_KERNELS_FAST_KS_PLAIN=1 in one call, us): the grid kept
+// for Q5_K at M = 4 where K >= 4096 and N >= 8192 (those four, -0.4 to -1.1), not on 3072 -> 16384 (15.19 -> 16.27)
+// nor 5120 -> 7168 (14.25 -> 14.50).
 template <int T>
 constexpr bool ks_units_first(int N, int K, int M) {
   const long long n = (long long)N * K;
   if (M > 4) return false;
   if (n <= (1LL << 26))
-    return n > (1LL << 25) && ((T == Q6_K && (M > 2 || packed_row_bytes<T>(K) % 16 == 0)) || (T == Q5_K && M == 4));
+    return n > (1LL << 25) && ((T == Q6_K && (M > 2 || packed_row_bytes<T>(K) % 16 == 0)) || (T == Q5_K && M == 4 && K >= 4096 && N >= 8192));
   if (M >= 3) return T != Q4_0 && T != Q8_0;
   return T == MXFP4 || T == IQ4_XS || (K >= 24576 && (T == Q4_K || T == Q5_K || (T == Q4_0 && N >= 8192)));
 }
