@@ -29,6 +29,23 @@ def llama_source(tmp_path_factory):
     return write_tiny(tmp_path_factory.mktemp("llama") / "tied-llama.gguf", "llama", "Q8_0")
 
 
+@pytest.fixture
+def stop_checks_built(monkeypatch):
+    """The class names of the stop checks that `generate` builds while the test runs (transformers' StopCheck
+    or its DeferredStopCheck), in order."""
+    from transformers.generation import utils as generation_utils
+
+    built = []
+    init = generation_utils.StopCheck.__init__
+
+    def record(self, *args, **kwargs):
+        built.append(type(self).__name__)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(generation_utils.StopCheck, "__init__", record)
+    return built
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer(llama_source):
     """That vocabulary as a transformers tokenizer, for exports of models built in transformers."""

@@ -35,24 +35,14 @@ def test_restored_when_the_block_raises():
     assert generation_utils.DeferredStopCheck.__dict__["is_supported"] is own
 
 
-def test_cpu_generate_unchanged(llama_source, monkeypatch):
+def test_cpu_generate_unchanged(llama_source, stop_checks_built):
     """On the CPU the block changes nothing: the same stop check class, the same tokens."""
     model = AutoModelForCausalLM.from_pretrained(str(llama_source.parent), gguf_file=llama_source.name)
-    built = []
-    monkeypatch.setattr(generation_utils.StopCheck, "__init__", _recording(generation_utils.StopCheck.__init__, built))
     ids = torch.tensor([IDS[:4]])
     plain = model.generate(ids, max_new_tokens=6, do_sample=False, cache_implementation="static")
     with gguf_quant.deferred_stop_check():
         inside = model.generate(ids, max_new_tokens=6, do_sample=False, cache_implementation="static")
-    assert torch.equal(plain, inside) and built == ["StopCheck", "StopCheck"]
-
-
-def _recording(init, built: list):
-    def record(self, *args, **kwargs):
-        built.append(type(self).__name__)
-        init(self, *args, **kwargs)
-
-    return record
+    assert torch.equal(plain, inside) and stop_checks_built == ["StopCheck", "StopCheck"]
 
 
 def test_clear_error_without_the_class(monkeypatch):

@@ -113,28 +113,19 @@ def test_stacked_siblings_on_gpu(gpu_source, tmp_path):
     assert all(torch.equal(p, theirs[n]) for n, p in back.named_parameters())
 
 
-def test_deferred_stop_check_on_gpu(gpu_source, monkeypatch):
+def test_deferred_stop_check_on_gpu(gpu_source, stop_checks_built):
     """gguf_quant.deferred_stop_check(): generate builds transformers' DeferredStopCheck on CUDA inside the block
     (StopCheck outside it) and returns the same tokens, with the static cache (compiled) and the dynamic one."""
     import gguf_quant
-    from transformers.generation import utils as generation_utils
 
-    built = []
-    init = generation_utils.StopCheck.__init__
-
-    def record(self, *args, **kwargs):
-        built.append(type(self).__name__)
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(generation_utils.StopCheck, "__init__", record)
     model = AutoModelForCausalLM.from_pretrained(
         str(gpu_source.parent), gguf_file=gpu_source.name, dtype=torch.bfloat16, device_map="cuda"
     )
     ids = torch.tensor([IDS[:4]], device="cuda")
     for cache in ("static", "dynamic"):
-        built.clear()
+        stop_checks_built.clear()
         plain = model.generate(ids, max_new_tokens=24, do_sample=False, cache_implementation=cache)
         with gguf_quant.deferred_stop_check():
             late = model.generate(ids, max_new_tokens=24, do_sample=False, cache_implementation=cache)
-        assert built == ["StopCheck", "DeferredStopCheck"], cache
+        assert stop_checks_built == ["StopCheck", "DeferredStopCheck"], cache
         assert torch.equal(plain, late), cache
