@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -24,8 +25,18 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from gguf_quant.build_kernels import NVCC_FLAGS, arch_flags  # noqa: E402
+
+def _build_module():
+    """build_kernels.py by its path, not through the package, whose import needs torch and transformers."""
+    path = Path(__file__).resolve().parents[1] / "src" / "gguf_quant" / "build_kernels.py"
+    spec = importlib.util.spec_from_file_location("gguf_quant_build_kernels", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_BUILD = _build_module()
+NVCC_FLAGS, arch_flags = _BUILD.NVCC_FLAGS, _BUILD.arch_flags
 
 ALU = ("LOP3", "PRMT", "SHF", "ISETP", "FSETP", "FSEL", "SEL", "IADD3", "LEA", "MOV", "FMNMX", "VIMNMX",
        "VIADDMNMX", "PLOP3", "BMSK", "SGXT", "IABS", "P2R", "R2P", "IMNMX")
