@@ -307,6 +307,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
     iw = rows_of(ip);
     ilast = min(RU - 1, N - 1 - RU * (MOE ? ip % hN : ip));  // dense: ip < units = hN
     if constexpr (RAG && MT == 8) irow = iw + (int64_t)slot_row(lane >> 1, ilast) * a.row_bytes;
+    else if constexpr (BULK && MR) irow = iw + (int64_t)min(lane, ilast) * a.row_bytes;  // lanes < RPU: a row each
     else if constexpr (!RAG && MT == 2 && !ONE) irow = iw + (int64_t)min(lane >> 3, ilast) * a.row_bytes;
     if constexpr (MR && MT == 2 && !ONE) irm = (int)(((int64_t)min(lane >> 3, ilast) * a.row_bytes) & 15);
   };
@@ -368,25 +369,25 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
           if (pc < (m0 + nc * L::CB + 15) >> 4) cp16_part(d + 16 * pc, p0, 16 * pc, v0, wend);
           if (pc < (m1 + nc * L::CB + 15) >> 4) cp16_part(d + RS + 16 * pc, p1, 16 * pc, v1, wend);
         }
+      } else if constexpr (BULK && MR) {  // a 1-D copy a row, lane r row r's (rows past N read the last), from the
+                                          // 16-byte boundary below its stage up to the one above its end (the
+                                          // weights end on one); each lane announces its own bytes, lane 0 arrives
+                                          // once all have (v102: lane 0 alone took ~35 issue slots a row, NOTES.md)
+        if (lane < RPU) {
+          const uint8_t* sr = irow + b0;
+          const int m = (int)(reinterpret_cast<uintptr_t>(sr) & 15);
+          const uint32_t n = (uint32_t)(m + nc * L::CB + 15) & ~15u;
+          mbar_expect_tx(sbar + st, n);
+          bulk_copy_1d((uint32_t)__cvta_generic_to_shared(d + lane * RS), sr - m, n, sbar + st);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(sbar + st);
       } else if constexpr (BULK) {  // the unit's RPU rows by NPF pieces from the stage's first (rows past N: zeros)
         if (lane == 0) {
-          if constexpr (MR) {  // a 1-D copy a row, from the 16-byte boundary below its stage up to the one above
-                               // its end (the weights end on one); rows past N read the last
-#pragma unroll 1
-            for (int r = 0; r < RPU; ++r) {
-              const uint8_t* sr = iw + (int64_t)min(r, ilast) * a.row_bytes + b0;
-              const int m = (int)(reinterpret_cast<uintptr_t>(sr) & 15);
-              const uint32_t n = (uint32_t)(m + nc * L::CB + 15) & ~15u;
-              mbar_expect_tx(sbar + st, n);
-              bulk_copy_1d((uint32_t)__cvta_generic_to_shared(d + r * RS), sr - m, n, sbar + st);
-            }
-            mbar_arrive(sbar + st);
-          } else {
-            constexpr int E = stream_map_elem<T, MT>();
-            mbar_expect_bytes(sbar + st, 16u * NPF * RPU);
-            const int x0 = (GZ ? cs : rank * nch) * L::CB + b0 - mis;  // the stage's first byte in a row
-            tensor_copy_2d((uint32_t)__cvta_generic_to_shared(d), &wm.map, x0 / E, RU * ip, sbar + st);
-          }
+          constexpr int E = stream_map_elem<T, MT>();
+          mbar_expect_bytes(sbar + st, 16u * NPF * RPU);
+          const int x0 = (GZ ? cs : rank * nch) * L::CB + b0 - mis;  // the stage's first byte in a row
+          tensor_copy_2d((uint32_t)__cvta_generic_to_shared(d), &wm.map, x0 / E, RU * ip, sbar + st);
         }
       } else if constexpr (FLAT && L::MIS) {  // one contiguous run (the other types: the M = 1 form's two)
 #pragma unroll
