@@ -113,6 +113,7 @@ def test_stacked_siblings_on_gpu(gpu_source, tmp_path):
     assert all(torch.equal(p, theirs[n]) for n, p in back.named_parameters())
 
 
+@pytest.mark.cuda_graph  # (the static cache's compiled steps capture graphs: the caching allocator must be on under memcheck)
 def test_deferred_stop_check_on_gpu(gpu_source, stop_checks_built):
     """gguf_quant.deferred_stop_check(): generate builds transformers' DeferredStopCheck on CUDA inside the block
     (StopCheck outside it) and returns the same tokens, with the static cache (compiled) and the dynamic one."""
