@@ -1,0 +1,70 @@
+// The M = 2..8 dense launch's choice between the plain launch, the clusters' K split and the grid K split, as the
+// host makes it (gemv_fast_launch.cuh: ks_grid_decide and the rules it asks): for each type, shape and M, whether
+// the grid goes first (ks_units_first), whether a cluster launch may take the case, whether the plain launch takes
+// it (its warps a CTA and CTAs at M = 2, and whether that leaves SMs idle), and the grid's plan (slices, warps a
+// CTA, CTAs a slice, one unit a warp or several, the larger slice's chunks and the ranks that take it, the busiest
+// warp's chunks). It needs the GPU only for the device's SM count, shared memory and each kernel's registers.
+//   nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
+//     -I kernels-src/gguf_kernels/csrc benchmarks/ks_plan_probe.cu -o /tmp/ks_plan_probe
+//   /tmp/ks_plan_probe [KxN ...]      (default: the down projections and large shapes of issue 3's misses)
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "gemv_fast_launch.cuh"
+
+using namespace gq;
+using namespace gq::fast;
+
+template <int T>
+void show(const char* name, int K, int N, int M) {
+  using L = FT<T>;
+  const KsGridPlan g = ks_grid_decide<T>(N, K, M);
+  const bool plain = stream_plain_takes<T>(N, K, M);
+  const StreamChoice c = plain_choice<T, 2>(N, K);
+  const int units = (N + 15) / 16, nch = K / L::CE;  // units of the grid's 16 rows (MT = 8)
+  const bool clusters = ks_clusters_may_take<T>(N, K, M);
+  const char* taken = g.Z ? "grid" : clusters ? "clusters" : plain ? "plain" : "other";
+  printf("| %s | %d -> %d | %d | %d | %s | %s | %s | %d x %d | %s |", name, K, N, M, nch,
+         ks_units_first<T>(N, K, M) ? "yes" : "no", clusters ? "yes" : "no", plain ? "yes" : "no", c.WPC, c.ctas,
+         M == 2 && plain ? (stream_plain_idle<T>(N, K) ? "yes" : "no") : "");
+  if (!g.Z) {
+    printf(" | | | | | %s |\n", taken);
+    return;
+  }
+  char slices[48];
+  if (g.kx == g.Z) snprintf(slices, sizeof slices, "%d each", g.sch);
+  else snprintf(slices, sizeof slices, "%d (%d ranks), %d", g.sch, g.kx, g.sch - 1);
+  const long long chain = (long long)((units + g.ctas * g.WPC - 1) / (g.ctas * g.WPC)) * g.sch;
+  printf(" %d | %d x %d | %s | %s | %lld | %s |\n", g.Z, g.ctas, g.WPC, g.units ? "several" : "one", slices, chain, taken);
+}
+
+int main(int argc, char** argv) {
+  std::vector<std::pair<int, int>> shapes;
+  for (int i = 1; i < argc; ++i) {
+    int k = 0, n = 0;
+    if (sscanf(argv[i], "%dx%d", &k, &n) != 2 || k <= 0 || n <= 0 || k % 256) {
+      fprintf(stderr, "ks_plan_probe: '%s' is not KxN with K a multiple of 256\n", argv[i]);
+      return 2;
+    }
+    shapes.emplace_back(k, n);
+  }
+  if (shapes.empty())
+    shapes = {{25600, 5120}, {17408, 5120}, {18944, 3584}, {3584, 18944}, {28672, 8192}, {8192, 28672}, {4096, 128256}};
+  printf("| type | K -> N | M | chunks | grid first | clusters may | plain takes | plain M = 2: warps x CTAs | M = 2 "
+         "idle | grid Z | CTAs a slice x warps | units a warp | chunks a slice (ranks), the rest | busiest warp's chunks "
+         "| taken |\n| --- | --- | ---: | ---: | --- | --- | --- | --- | --- | ---: | --- | --- | --- | ---: | --- |\n");
+  for (const auto& [k, n] : shapes)
+    for (int m = 2; m <= 8; ++m) {
+      show<Q4_0>("Q4_0", k, n, m);
+      show<Q4_K>("Q4_K", k, n, m);
+      show<Q5_K>("Q5_K", k, n, m);
+      show<Q6_K>("Q6_K", k, n, m);
+      show<Q8_0>("Q8_0", k, n, m);
+      show<IQ4_XS>("IQ4_XS", k, n, m);
+      show<MXFP4>("MXFP4", k, n, m);
+    }
+  return 0;
+}
