@@ -709,7 +709,8 @@ constexpr bool ks_grid_auto(int N, int K) {
 // GGUF_KERNELS_FAST_KS_PLAIN=1 in one call, us, H100 / H200): at M = 2 the plain launch won on 8192 -> 28672 (64.0 ->
 // 56.6 / 61.9 -> 57.0) and tied on 3584 -> 18944, tied on 28672 -> 8192 and 17408 -> 5120 (H100) and lost on 25600 ->
 // 5120 (39.4 -> 55.2 / 40.0 -> 56.1) and 18944 -> 3584 (24.7 -> 26.1 / 23.4 -> 26.7); at M = 3, 4 the grid kept 8192 ->
-// 28672 on the H200 (61.9 against 64.1-65.2; the H100 tied). So IQ4_XS takes the grid first at M = 2 from K = 12288.
+// 28672 on the H200 (61.9 against 64.1-65.2; the H100 tied). Not yet a rule: 5120 -> 17408 and 4096 -> 128256 at M = 2,
+// which the grid won before v98 (session 59: 5120 -> 17408 39.2 -> 30.7), have no rows since (NOTES.md session 68).
 template <int T>
 constexpr bool ks_units_first(int N, int K, int M) {
   const long long n = (long long)N * K;
@@ -717,7 +718,7 @@ constexpr bool ks_units_first(int N, int K, int M) {
   if (n <= (1LL << 26))
     return n > (1LL << 25) && ((T == Q6_K && (M > 2 || packed_row_bytes<T>(K) % 16 == 0)) || (T == Q5_K && M == 4 && K >= 4096 && N >= 8192));
   if (M >= 3) return T != Q4_0 && T != Q8_0;
-  return T == MXFP4 || (T == IQ4_XS && K >= 12288) || (K >= 24576 && (T == Q4_K || T == Q5_K || (T == Q4_0 && N >= 8192)));
+  return T == MXFP4 || T == IQ4_XS || (K >= 24576 && (T == Q4_K || T == Q5_K || (T == Q4_0 && N >= 8192)));
 }
 // Whether K's nch chunks split into Z slices (the knob ks > 0 forcing Z = ks): slices of whole chunks,
 // starting 16-byte aligned in every row (Q6_K: 4-byte, its stages' copies start at the 16-byte boundary
