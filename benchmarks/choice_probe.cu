@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gemv_fast_launch.cuh"
+#include "probe_shapes.h"
 
 using namespace gq;
 using namespace gq::fast;
@@ -33,26 +34,13 @@ void show(const char* name, int K, int N) {
 
 int main(int argc, char** argv) {
   std::vector<std::pair<int, int>> shapes;
-  for (int i = 1; i < argc; ++i) {
-    int k = 0, n = 0;
-    if (sscanf(argv[i], "%dx%d", &k, &n) != 2 || k <= 0 || n <= 0 || k % 256) {
-      fprintf(stderr, "choice_probe: '%s' is not KxN with K a multiple of 256\n", argv[i]);
-      return 2;
-    }
-    shapes.emplace_back(k, n);
-  }
-  if (shapes.empty())
-    shapes = {{4096, 14336}, {14336, 4096}, {4096, 4096}, {4096, 1024}, {8192, 8192}, {13824, 5120}, {5120, 13824}};
+  if (!probe_shapes("choice_probe", argc, argv,
+                    {{4096, 14336}, {14336, 4096}, {4096, 4096}, {4096, 1024}, {8192, 8192}, {13824, 5120}, {5120, 13824}},
+                    shapes))
+    return 2;
   printf("| type | K -> N | row pairs: units x stages, warps, CTAs, smem | busiest SM's stages | ONE: units x stages, "
          "warps, CTAs, smem | busiest SM's stages | taken |\n| --- | --- | --- | ---: | --- | ---: | --- |\n");
-  for (const auto& [k, n] : shapes) {
-    show<Q4_0>("Q4_0", k, n);
-    show<Q4_K>("Q4_K", k, n);
-    show<Q5_K>("Q5_K", k, n);
-    show<Q6_K>("Q6_K", k, n);
-    show<Q8_0>("Q8_0", k, n);
-    show<IQ4_XS>("IQ4_XS", k, n);
-    show<MXFP4>("MXFP4", k, n);
-  }
+  for (const auto& s : shapes)
+    each_fast_type([&](auto t, const char* name) { show<decltype(t)::value>(name, s.first, s.second); });
   return 0;
 }

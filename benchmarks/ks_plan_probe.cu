@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gemv_fast_launch.cuh"
+#include "probe_shapes.h"
 
 using namespace gq;
 using namespace gq::fast;
@@ -43,28 +44,15 @@ void show(const char* name, int K, int N, int M) {
 
 int main(int argc, char** argv) {
   std::vector<std::pair<int, int>> shapes;
-  for (int i = 1; i < argc; ++i) {
-    int k = 0, n = 0;
-    if (sscanf(argv[i], "%dx%d", &k, &n) != 2 || k <= 0 || n <= 0 || k % 256) {
-      fprintf(stderr, "ks_plan_probe: '%s' is not KxN with K a multiple of 256\n", argv[i]);
-      return 2;
-    }
-    shapes.emplace_back(k, n);
-  }
-  if (shapes.empty())
-    shapes = {{25600, 5120}, {17408, 5120}, {18944, 3584}, {3584, 18944}, {28672, 8192}, {8192, 28672}, {4096, 128256}};
+  if (!probe_shapes("ks_plan_probe", argc, argv,
+                    {{25600, 5120}, {17408, 5120}, {18944, 3584}, {3584, 18944}, {28672, 8192}, {8192, 28672}, {4096, 128256}},
+                    shapes))
+    return 2;
   printf("| type | K -> N | M | chunks | grid first | clusters may | plain takes | plain M = 2: warps x CTAs | M = 2 "
          "idle | grid Z | CTAs a slice x warps | units a warp | chunks a slice (ranks), the rest | busiest warp's chunks "
          "| taken |\n| --- | --- | ---: | ---: | --- | --- | --- | --- | --- | ---: | --- | --- | --- | ---: | --- |\n");
-  for (const auto& [k, n] : shapes)
-    for (int m = 2; m <= 8; ++m) {
-      show<Q4_0>("Q4_0", k, n, m);
-      show<Q4_K>("Q4_K", k, n, m);
-      show<Q5_K>("Q5_K", k, n, m);
-      show<Q6_K>("Q6_K", k, n, m);
-      show<Q8_0>("Q8_0", k, n, m);
-      show<IQ4_XS>("IQ4_XS", k, n, m);
-      show<MXFP4>("MXFP4", k, n, m);
-    }
+  for (const auto& s : shapes)
+    for (int m = 2; m <= 8; ++m)
+      each_fast_type([&](auto t, const char* name) { show<decltype(t)::value>(name, s.first, s.second, m); });
   return 0;
 }
