@@ -705,12 +705,9 @@ constexpr bool ks_grid_auto(int N, int K) {
 // 16.8 -> 16.1, 4096 -> 14336 20.2 -> 19.5, 8192 -> 8192 22.5 -> 21.3; not at M = 3 (-0.8 to +0.35 us), nor on
 // 2048 -> 8192 (+1.2). Session 66 (the grid against GGUF_KERNELS_FAST_KS_PLAIN=1 in one call, us): the grid kept
 // for Q5_K at M = 4 where K >= 4096 and N >= 8192 (those four, -0.4 to -1.1), not on 3072 -> 16384 (15.19 -> 16.27)
-// nor 5120 -> 7168 (14.25 -> 14.50). Session 68 (IQ4_XS after v98's int8 products, the grid against
-// GGUF_KERNELS_FAST_KS_PLAIN=1 in one call, us, H100 / H200): at M = 2 the plain launch won on 8192 -> 28672 (64.0 ->
-// 56.6 / 61.9 -> 57.0) and tied on 3584 -> 18944, tied on 28672 -> 8192 and 17408 -> 5120 (H100) and lost on 25600 ->
-// 5120 (39.4 -> 55.2 / 40.0 -> 56.1) and 18944 -> 3584 (24.7 -> 26.1 / 23.4 -> 26.7); at M = 3, 4 the grid kept 8192 ->
-// 28672 on the H200 (61.9 against 64.1-65.2; the H100 tied). Not yet a rule: 5120 -> 17408 and 4096 -> 128256 at M = 2,
-// which the grid won before v98 (session 59: 5120 -> 17408 39.2 -> 30.7), have no rows since (NOTES.md session 68).
+// nor 5120 -> 7168 (14.25 -> 14.50). IQ4_XS at M = 2 keeps the grid first although, after v98, the plain launch won
+// on 8192 -> 28672 (session 68, H200: 57.0 against 61.9 us): 5120 -> 17408 and 4096 -> 128256, which a K < 12288 rule
+// would move too, won on the grid before v98 and have no rows since (NOTES.md session 68).
 template <int T>
 constexpr bool ks_units_first(int N, int K, int M) {
   const long long n = (long long)N * K;
