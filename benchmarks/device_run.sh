@@ -7,18 +7,22 @@
 # /tmp/kb (one made earlier in the same call); NO_TESTS=1 skips the GPU tests and the probe check (a
 # table-only call on kernels whose suite already ran, e.g. under device_sanitize.sh). BENCH_ARGS: bench_matmul.py's
 # case arguments for ours and llama.cpp's alike (default: the table of record's), e.g. "--no-moe --shapes 8192x1024".
+# `bash benchmarks/device_run.sh --start-llama` only starts llama.cpp's build in the background and returns, so a
+# call can time other things (device_ab.sh) during its ~400 s; a later device_run.sh in the same call, or on the
+# same warm machine, waits for that build (/tmp/ll) instead of starting another.
 set -o pipefail
-OUTD=${1:-${OUT:-/tmp/gguf_out}}; mkdir -p "$OUTD"
-MAX_JOBS=${MAX_JOBS:-6}   # llama.cpp builds beside ours
-source benchmarks/device_setup.sh
 LL=/tmp/ll/llama.cpp
-if [ -f .dev/llama.tgz ] && [ -z "$NO_LLAMA" ]; then   # ggml only, same flags as llamacpp-on-device.sh
+if [ -f .dev/llama.tgz ] && [ -z "$NO_LLAMA" ] && [ ! -d /tmp/ll ]; then   # ggml only, same flags as llamacpp-on-device.sh
   setsid bash -c "mkdir -p /tmp/ll && tar xzf .dev/llama.tgz -C /tmp/ll && cd $LL && \
     cmake -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DLLAMA_BUILD_TESTS=OFF \
       -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DLLAMA_OPENSSL=OFF \
       > /tmp/ll/cmake.log 2>&1 && cmake --build build --target ggml -j 14 > /tmp/ll/build.log 2>&1; \
     echo \$? > /tmp/ll/build.rc" < /dev/null > /dev/null 2>&1 &
 fi
+[ "$1" = --start-llama ] && exit 0
+OUTD=${1:-${OUT:-/tmp/gguf_out}}; mkdir -p "$OUTD"
+MAX_JOBS=${MAX_JOBS:-6}   # llama.cpp builds beside ours
+source benchmarks/device_setup.sh
 if [ -n "$REUSE_BUILD" ] && [ -d /tmp/kb/build ]; then el "kernels: the build already in /tmp/kb (REUSE_BUILD)"
 else build_kernels /tmp/kb || exit 1
 fi
