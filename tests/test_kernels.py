@@ -302,7 +302,8 @@ def test_matmul_stream_ks_uneven_off():
 
 
 GRID_FIRST = [("Q6_K", 11007, 4096, (2, 3, 4)), ("Q6_K", 8192, 8192, (2,)), ("Q8_0", 5120, 17408, (2,)),
-              ("Q5_K", 11008, 4096, (2, 4)), ("Q4_K", 9727, 2560, (2,)), ("IQ4_XS", 28672, 8192, (3,))]
+              ("Q5_K", 11008, 4096, (2, 4)), ("Q4_K", 9727, 2560, (2,)), ("IQ4_XS", 28672, 8192, (3,)),
+              ("Q6_K", 7168, 5120, (2,))]
 
 
 @pytest.mark.parametrize("name, N, K, ms", GRID_FIRST)
@@ -311,10 +312,21 @@ def test_matmul_stream_grid_first(name, N, K, ms, rng):
     up to 2^26; 4096 -> 11007, the last unit a row short; 8192 -> 8192), and at M = 2 where the plain MT = 2 launch
     leaves SMs without a CTA (stream_plain_idle: Q8_0 17408 -> 5120, two rounds of 8 warps on 80 CTAs; Q5_K 4096 ->
     11008 on 86, Q4_K 2560 -> 9727 on 76), Q5_K at M = 4 from 2^25 elements where K >= 4096 and N >= 8192 (v100), and IQ4_XS
-    at M = 3 on 8192 -> 28672 (v87; session 68, H200: 61.9 us against the plain launch's 64.1). Against gguf-py's
+    at M = 3 on 8192 -> 28672 (v87; session 68, H200: 61.9 us against the plain launch's 64.1), Q6_K at M = 2 on rows
+    that are not 16-byte multiples from 2^24 elements where K >= 4096 (v104: 5120 -> 7168). Against gguf-py's
     dequantization, fp16 at the last M; the launch is the grid's (GZ) by torch.profiler where CUPTI is free, and not
     under GGUF_KERNELS_FAST_KS_PLAIN=1 (test_matmul_stream_grid_first_off)."""
     check_grid_launch(name, N, K, ms, os.environ.get("GGUF_KERNELS_FAST_KS_PLAIN") != "1", rng)
+
+
+@pytest.mark.parametrize("name, N, K, ms", [("MXFP4", 28672, 8192, (2, 3, 4)), ("IQ4_XS", 28672, 8192, (2,)),
+                                             ("IQ4_XS", 128256, 2048, (3,))])
+def test_matmul_stream_units_plain(name, N, K, ms, rng):
+    """MXFP4 and IQ4_XS above 2^26 elements keep the plain launch where the grid's plan gives a warp more than 4 units of
+    16 rows (v103: 8192 -> 28672, 7 units; IQ4_XS at M = 3, 4 from 8: 2048 -> 128256), where session 69 timed the plain
+    launch 4-17% faster. Against gguf-py's dequantization; the launch is not the grid's (torch.profiler, where CUPTI is
+    free), and is under GGUF_KERNELS_FAST_KS_PLAIN=0."""
+    check_grid_launch(name, N, K, ms, os.environ.get("GGUF_KERNELS_FAST_KS_PLAIN") == "0", rng)
 
 
 @pytest.mark.parametrize("N, K", [(16384, 3072), (7168, 5120)])

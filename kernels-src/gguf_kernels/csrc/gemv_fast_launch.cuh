@@ -705,15 +705,19 @@ constexpr bool ks_grid_auto(int N, int K) {
 // 16.8 -> 16.1, 4096 -> 14336 20.2 -> 19.5, 8192 -> 8192 22.5 -> 21.3; not at M = 3 (-0.8 to +0.35 us), nor on
 // 2048 -> 8192 (+1.2). Session 66 (the grid against GGUF_KERNELS_FAST_KS_PLAIN=1 in one call, us): the grid kept
 // for Q5_K at M = 4 where K >= 4096 and N >= 8192 (those four, -0.4 to -1.1), not on 3072 -> 16384 (15.19 -> 16.27)
-// nor 5120 -> 7168 (14.25 -> 14.50). IQ4_XS at M = 2 keeps the grid first although, after v98, the plain launch won
-// on 8192 -> 28672 (session 68, H200: 57.0 against 61.9 us): 5120 -> 17408 and 4096 -> 128256, which a K < 12288 rule
-// would move too, won on the grid before v98 and have no rows since (NOTES.md session 68).
+// nor 5120 -> 7168 (14.25 -> 14.50). v104 (session 69, H100, main -> GGUF_KERNELS_FAST_KS_PLAIN=0, two runs each, us):
+// Q6_K at M = 2 on rows that are not 16-byte multiples, since v102 made the grid's copies of them cheaper, from 2^24
+// elements where K >= 4096: 5120 -> 5120 18.4 -> 16.2, 5120 -> 7168 19.4 -> 17.5, 5120 -> 8192 19.7 -> 19.1; not
+// 3072 -> 16384 (23.5 -> 27.0) nor 5120 -> 1024 (6.3 -> 11.9). MXFP4 and IQ4_XS: the grid goes first here, but ks_grid_decide keeps the plain
+// launch where the grid's plan is several units a warp and more than 4 (v103, ks_units_plain_first).
 template <int T>
 constexpr bool ks_units_first(int N, int K, int M) {
   const long long n = (long long)N * K;
   if (M > 4) return false;
   if (n <= (1LL << 26))
-    return n > (1LL << 25) && ((T == Q6_K && (M > 2 || packed_row_bytes<T>(K) % 16 == 0)) || (T == Q5_K && M == 4 && K >= 4096 && N >= 8192));
+    return (n > (1LL << 25) && ((T == Q6_K && (M > 2 || packed_row_bytes<T>(K) % 16 == 0)) ||
+                                (T == Q5_K && M == 4 && K >= 4096 && N >= 8192))) ||
+           (T == Q6_K && M == 2 && packed_row_bytes<T>(K) % 16 && n > (1LL << 24) && K >= 4096);
   if (M >= 3) return T != Q4_0 && T != Q8_0;
   return T == MXFP4 || T == IQ4_XS || (K >= 24576 && (T == Q4_K || T == Q5_K || (T == Q4_0 && N >= 8192)));
 }
@@ -819,6 +823,22 @@ KsGridPlan ks_grid_plan_units(int N, int K, int min_wpc, int max_groups, bool un
   }
   return best;
 }
+// The units of 16 rows that the busiest warp of a several-units plan takes.
+inline int ks_units_a_warp(const KsGridPlan& p, int N) {
+  const int units = (N + 15) / 16, warps = p.ctas * p.WPC;
+  return (units + warps - 1) / warps;
+}
+// v103 (session 69, H100, the grid against GGUF_KERNELS_FAST_KS_PLAIN=1 in one call, us): MXFP4 and IQ4_XS keep the
+// plain launch they take where the grid's plan gives a warp more than 4 units (a unit's stream of 2-4 chunks padded
+// to 8 tokens, 7-16 times over). M = 2, 8192 -> 28672 (7 units a warp): MXFP4 64.3 -> 53.4, IQ4_XS 64.5 -> 57.5 (the
+// H200 in session 68: 61.9 -> 57.0); 4096 -> 128256 (8): 125.2 -> 104.0, 123.5 -> 109.3. M = 3, 4: MXFP4 -7% (8192
+// -> 28672) and -9% (4096 -> 128256); IQ4_XS -3.5% on 4096 -> 128256 but +1..1.5% on 8192 -> 28672 (H200: +3..5%),
+// so from 8 units there. Two units a warp keep the grid (5120 -> 17408: +5% at M = 2, +20% at M = 3, 4 on the plain
+// launch; 5120 -> 25600: +12%, +2..7%). Below K = 12288 only, as measured (the plain launch holds K of records).
+template <int T>
+constexpr bool ks_units_plain_first(int K, int units_a_warp, int M) {
+  return (T == MXFP4 || T == IQ4_XS) && K < 12288 && units_a_warp > (T == IQ4_XS && M > 2 ? 7 : 4);
+}
 // The plain MT-token launch's choice for N rows of K, as launch_stream_dense would make it (the launch rules ask it
 // before a call's arguments exist); bf16's registers stand for fp16's.
 template <int T, int MT>
@@ -918,7 +938,7 @@ KsGridPlan ks_grid_decide(int N, int K, int M) {
   }
   if (idle) return {};
   const KsGridPlan u = ks_grid_plan_units<T>(N, K, 8, 8);
-  if (u.Z) return u;
+  if (u.Z) return kp < 0 && plain && ks_units_plain_first<T>(K, ks_units_a_warp(u, N), M) ? KsGridPlan{} : u;
   // v90: slices of unequal chunk counts, where no equal ones leave 8 warps a CTA (by the same two plans, one unit a
   // warp with at least 8 warps a CTA, or 8 slices, as the clusters keep them: 18944 -> 3584 has 7 at Z = 4, 14 at 8).
   // Before a plain launch that takes the case (grid_first: MXFP4, IQ4_XS at M = 2) only from K = 12288, where the
