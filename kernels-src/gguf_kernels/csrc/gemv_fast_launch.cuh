@@ -708,8 +708,9 @@ constexpr bool ks_grid_auto(int N, int K) {
 // nor 5120 -> 7168 (14.25 -> 14.50). v104 (session 69, H100, main -> GGUF_KERNELS_FAST_KS_PLAIN=0, two runs each, us):
 // Q6_K at M = 2 on rows that are not 16-byte multiples, since v102 made the grid's copies of them cheaper, from 2^24
 // elements where K >= 4096: 5120 -> 5120 18.4 -> 16.2, 5120 -> 7168 19.4 -> 17.5, 5120 -> 8192 19.7 -> 19.1; not
-// 3072 -> 16384 (23.5 -> 27.0) nor 5120 -> 1024 (6.3 -> 11.9). MXFP4 and IQ4_XS: the grid goes first here, but ks_grid_decide keeps the plain
-// launch where the grid's plan is several units a warp and more than 4 (v103, ks_units_plain_first).
+// 3072 -> 16384 (23.5 -> 27.0) nor 5120 -> 1024 (6.3 -> 11.9). MXFP4 and IQ4_XS: the grid goes first here, but
+// ks_grid_decide keeps the plain launch where the grid's plan is several units a warp and more than 4 (v103,
+// ks_units_plain_first).
 template <int T>
 constexpr bool ks_units_first(int N, int K, int M) {
   const long long n = (long long)N * K;
