@@ -8,6 +8,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "cp_async.cuh"
 #include "gemv_fast.cuh"
 #include "launch.h"
@@ -190,6 +192,18 @@ __device__ __forceinline__ void imma16832(int (&d)[4], const uint32_t (&a)[4], u
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #undef GQ_IMMA16832
 }
+// A group's int8 products (fast_i8, v98): one m16n8k32 of A[0] (P) and A[1] (Q) against the activations' high
+// bytes b0, b1 (dh) and low bytes b2, b3 (dl), in the fragment layout of m16n8k16's accumulators; the products are
+// 256 dh + dl, exact in int32 (|dh| <= 32 x 368 x 128, dl <= 32 x 368 x 255: each under 2^22, the sum under 2^29).
+__device__ __forceinline__ void group_imma(int (&dh)[4], int (&dl)[4], const uint32_t (&A)[2][4],
+                                           const uint32_t (&b)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) dh[i] = dl[i] = 0;
+  imma16832<true>(dh, A[0], b[0], b[1]);
+  imma16832<true>(dh, A[1], b[0], b[1]);
+  imma16832<false>(dl, A[0], b[2], b[3]);
+  imma16832<false>(dl, A[1], b[2], b[3]);
+}
 // An int of magnitude under 2^22 as float without I2F: the bits 0x4B400000 + v are 1.5 x 2^23 + v (an integer
 // add, which ptxas places, and an FADD).
 __device__ __forceinline__ float i2f22(int v) {
@@ -197,29 +211,42 @@ __device__ __forceinline__ float i2f22(int v) {
   asm("mad.lo.s32 %0, %1, 1, 0x4B400000;" : "=r"(r) : "r"(v));
   return __int_as_float(r) - 12582912.f;
 }
-// One group's products D (fragment layout of m16n8k16's f32 accumulators) from its A fragments (L::chunk)
-// and the lane's four B record words b: fp16, STEPS m16n8k16; I8 (fast_i8, v98), one m16n8k32 of A[0] (P) and
-// A[1] (Q) against the activations' high bytes b0, b1 and low bytes b2, b3, D = 256 D_hi + D_lo, converted
-// by I2F once, rounded to float (CVT: the conversion pipe, a quarter rate but beside the ALU's work; `asm volatile` keeps ptxas
-// from hoisting them, which spilled 200-550 bytes) or, where that still spills (the ONE forms), as two
-// magic-number conversions (each part under 2^22: |D_hi| <= 32 x 368 x 128, D_lo <= 32 x 368 x 255).
-template <int T, bool I8 = fast_i8<T>(), bool CVT = true>
+// 256 dh + dl as float, rounded once (the FMA of two exact halves): the same value as I2F of the int sum, without
+// the conversion pipe (the ONE forms, where I2F spills).
+__device__ __forceinline__ float i8_parts_f(int dh, int dl) { return fmaf(256.f, i2f22(dh), i2f22(dl)); }
+// What a group's products are kept as until their epilogue: int8 products stay integers (v105), so that the MT = 2,
+// 4 stream kernels, which keep 2 of 4, and MoE's flat items, 1 of 4, convert only those (before: all four, by I2F).
+template <int T>
+using GroupD = std::conditional_t<fast_i8<T>(), int, float>;
+__device__ __forceinline__ float group_f(float v) { return v; }
+// I2F, rounded to float (the conversion pipe, a quarter rate, beside the ALU's work); `asm volatile` keeps ptxas
+// from hoisting it (v98: hoisted conversions spilled 200-550 bytes).
+__device__ __forceinline__ float group_f(int v) {
+  float f;
+  asm volatile("cvt.rn.f32.s32 %0, %1;" : "=f"(f) : "r"(v));
+  return f;
+}
+// One group's products D (fragment layout of m16n8k16's f32 accumulators) from its A fragments (L::chunk) and the
+// lane's four B record words b: fp16, STEPS m16n8k16; I8, group_imma's, as floats (float D) or as kept (int D).
+template <int T, bool I8 = fast_i8<T>()>
 __device__ __forceinline__ void group_mma(float (&D)[4], const uint32_t (&A)[2][4], const uint32_t (&b)[4]) {
   if constexpr (I8) {
-    int dh[4] = {0, 0, 0, 0}, dl[4] = {0, 0, 0, 0};
-    imma16832<true>(dh, A[0], b[0], b[1]);
-    imma16832<true>(dh, A[1], b[0], b[1]);
-    imma16832<false>(dl, A[0], b[2], b[3]);
-    imma16832<false>(dl, A[1], b[2], b[3]);
+    int dh[4], dl[4];
+    group_imma(dh, dl, A, b);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if constexpr (CVT) asm volatile("cvt.rn.f32.s32 %0, %1;" : "=f"(D[i]) : "r"(dh[i] * 256 + dl[i]));
-      else D[i] = fmaf(256.f, i2f22(dh[i]), i2f22(dl[i]));
-    }
+    for (int i = 0; i < 4; ++i) D[i] = group_f(dh[i] * 256 + dl[i]);
   } else {
     mma16816_z(D, A[0], b[0], b[1]);
     if constexpr (FT<T>::STEPS == 2) mma16816(D, A[1], b[2], b[3]);
   }
+}
+template <int T, bool I8 = fast_i8<T>()>
+__device__ __forceinline__ void group_mma(int (&D)[4], const uint32_t (&A)[2][4], const uint32_t (&b)[4]) {
+  static_assert(I8, "integer products: fast_i8 types only");
+  int dh[4], dl[4];
+  group_imma(dh, dl, A, b);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) D[i] = dh[i] * 256 + dl[i];
 }
 
 struct FastArgs {

@@ -681,8 +681,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
     }
     const uint8_t* Sp = xrec + ((MOE && !EXP) || ONE ? 0 : rec_off(MT == 8 ? t0 : tok)) + (size_t)nch * R::bstride() +
                         (FLAT ? FL::rec(fl.k, R::sstride(), GR) : (size_t)(ONE1 && (one_t & 1) ? ch8 : ch) * R::sstride());
-    const auto product = [&](int q, const uint32_t (&A)[2][4], float (&D)[4]) {
-      uint32_t b[4] = {0u, 0u, 0u, 0u};
+    const auto brecs = [&](int q, uint32_t (&b)[4]) {  // group q's B record words of the lane
+      b[0] = b[1] = b[2] = b[3] = 0u;
       const uint8_t* Bq = (ONE && (q & 1) ? Bo : Bp) + q * R::BREC;
       if constexpr (STEPS == 2) {
         const uint4 r = *reinterpret_cast<const uint4*>(Bq);
@@ -691,7 +691,11 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
         const uint2 r = *reinterpret_cast<const uint2*>(Bq);
         b[0] = r.x; b[1] = r.y;
       }
-      group_mma<T, fast_i8<T>(), !ONE>(D, A, b);
+    };
+    const auto product = [&](int q, const uint32_t (&A)[2][4], auto& D) {  // D: float[4] or GroupD<T>[4]
+      uint32_t b[4];
+      brecs(q, b);
+      group_mma<T>(D, A, b);
     };
     if constexpr (MT == 8) {  // every product kept, the epilogue right after it (registers)
       const auto all = [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
@@ -722,9 +726,9 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       const uint8_t* myc = fl.hi ? rg8 : rg;
       const int fe = fl.elem;
       const auto each = [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
-        float D[4];
+        GroupD<T> D[4];
         product(q, A, D);
-        ev[q % DEF] = (fe & 2) ? ((fe & 1) ? D[3] : D[2]) : ((fe & 1) ? D[1] : D[0]);
+        ev[q % DEF] = group_f((fe & 2) ? ((fe & 1) ? D[3] : D[2]) : ((fe & 1) ? D[1] : D[0]));  // the kept one only
         if (q % DEF == DEF - 1 && fl.kept) {
 #pragma unroll
           for (int j = 0; j < DEF; ++j) kept_group<L>(myc, Sp, q - (DEF - 1) + j, GR, ev[j], acc[0]);
@@ -744,16 +748,35 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       float ev[DEF / 2];
       const uint8_t* myc = (one_t & 1) ? rg8 : rg;
       const bool mylive = (one_t & 1) ? live8 : live;
+      // ONE1: D[2 (t & 1) + (g & 1)] (row t & 1, column g or g ^ 2, whose chunk is that row's)
+      const auto pick = [&](const auto (&D)[4]) {
+        return ONE1 ? ((one_t & 1) ? ((g & 1) ? D[3] : D[2]) : ((g & 1) ? D[1] : D[0])) : (one_t & 1) ? D[3] : D[0];
+      };
       L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
-        float D[4];
-        product(q, A, D);
-        // ONE1: D[2 (t & 1) + (g & 1)] (row t & 1, column g or g ^ 2, whose chunk is that row's)
-        const float v = ONE1 ? ((one_t & 1) ? ((g & 1) ? D[3] : D[2]) : ((g & 1) ? D[1] : D[0]))
-                             : (one_t & 1) ? D[3] : D[0];
+        float v;
+        if constexpr (fast_i8<T>()) {  // the lane's one candidate a group converted, not all four (v105)
+          uint32_t b[4];
+          int dh[4], dl[4];
+          brecs(q, b);
+          group_imma(dh, dl, A, b);
+          if constexpr (MOE) {  // all four converted, as before v105: picking first spills 74 bytes in this form
+            float D[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) D[i] = i8_parts_f(dh[i], dl[i]);
+            v = pick(D);
+          } else {
+            v = i8_parts_f(pick(dh), pick(dl));
+          }
+        } else {
+          float D[4];
+          product(q, A, D);
+          v = pick(D);
+        }
         if ((q & 1) == (one_t >> 1)) ev[(q % DEF) >> 1] = v;
         if (q % DEF == DEF - 1 && mylive) {
 #pragma unroll
-          for (int j = 0; j < DEF / 2; ++j) kept_group<L>(myc, Sp, q - (DEF - 1) + 2 * j + (one_t >> 1), GR, ev[j], acc[0]);
+          for (int j = 0; j < DEF / 2; ++j)
+            kept_group<L>(myc, Sp, q - (DEF - 1) + 2 * j + (one_t >> 1), GR, ev[j], acc[0]);
         }
       });
     } else {  // a run of DEF groups' products first, then the kept ones' epilogue (L::chunk produces the
@@ -762,10 +785,11 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       constexpr int DEF = GPC > 16 ? 8 : GPC;
       float e0[DEF], e1[DEF], f0[DEF], f1[DEF], h0[DEF], h1[DEF];
       const auto run = [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
-        float D[4];
+        GroupD<T> D[4];
         product(q, A, D);
         const int j = q % DEF;
-        e0[j] = (g & 1) ? D[1] : D[0]; e1[j] = (g & 1) ? D[3] : D[2];
+        e0[j] = group_f((g & 1) ? D[1] : D[0]);  // the kept two only, converted at once (held as ints over the
+        e1[j] = group_f((g & 1) ? D[3] : D[2]);  // run, their products' registers stayed live: 196 bytes spilled)
         f0[j] = sg; f1[j] = sg8; h0[j] = og; h1[j] = og8;
         if (DEF < GPC && j == DEF - 1 && keep && live)
           kept_epilogue<DEF, L::HAS_MIN>(e0, e1, f0, f1, h0, h1, Sp + (q - j) * GR, GR, acc);
