@@ -8,7 +8,8 @@
 # values, e.g. GGUF_KERNELS_PDL=0: whether a difference between the trees lives in the dependent launch);
 # AB_ARGS2="--moe-only --ms 1,8" then times a second set of bench_matmul args the same way, on the same
 # builds (labels mA1, mB1, ...), with the settings AB_ENV2 where given; AB_TESTS="tests/x.py::test_a ..."
-# (AB_K: a -k expression for them) then runs those tests on A's build, and again under memcheck. The rows
+# (AB_K: a -k expression for them) then runs those tests on A's build, and again under memcheck (its table to
+# $OUT/sanitize.md; printed: its first line and the "all" row). The rows
 # of every run go to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's
 # own table and log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool brings back only
 # ~8 files (session 39 lost a tree's tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice)
@@ -49,6 +50,6 @@ if [ -n "$AB_TESTS" ]; then
   GGUF_QUANT_KERNELS=/tmp/ka timeout 300 python3 -m pytest $AB_TESTS "${K[@]}" -q -p no:cacheprovider 2>&1 | tail -3
   el "tests done"
   GGUF_QUANT_KERNELS=/tmp/ka python3 benchmarks/sanitize_suite.py --shards 8 --timeout 300 --logs $LOGD/sanitize \
-    -- $AB_TESTS "${K[@]}" 2>&1 | tail -3
+    -- $AB_TESTS "${K[@]}" 2>&1 | tee "$OUTD/sanitize.md" | grep -E "^\| all |^[a-z]+: " || tail -5 "$OUTD/sanitize.md"
   el "memcheck done"
 fi
