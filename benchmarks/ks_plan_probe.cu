@@ -25,7 +25,7 @@ void show(const char* name, int K, int N, int M) {
   const KsGridPlan g = ks_grid_decide<T>(N, K, M);
   const bool plain = stream_plain_takes<T>(N, K, M);
   const StreamChoice c = plain_choice<T, 2>(N, K);
-  const int units = (N + 15) / 16, nch = K / L::CE;  // units of the grid's 16 rows (MT = 8)
+  const int nch = K / L::CE;
   const bool clusters = ks_clusters_may_take<T>(N, K, M);
   const char* taken = g.Z ? "grid" : clusters ? "clusters" : plain ? "plain" : "other";
   printf("| %s | %d -> %d | %d | %d | %s | %s | %s | %d x %d | %s |", name, K, N, M, nch,
@@ -38,7 +38,7 @@ void show(const char* name, int K, int N, int M) {
   char slices[48];
   if (g.kx == g.Z) snprintf(slices, sizeof slices, "%d each", g.sch);
   else snprintf(slices, sizeof slices, "%d (%d ranks), %d", g.sch, g.kx, g.sch - 1);
-  const long long chain = (long long)((units + g.ctas * g.WPC - 1) / (g.ctas * g.WPC)) * g.sch;
+  const long long chain = (long long)ks_units_a_warp(g, N) * g.sch;
   printf(" %d | %d x %d | %s | %s | %lld | %s |\n", g.Z, g.ctas, g.WPC, g.units ? "several" : "one", slices, chain, taken);
 }
 

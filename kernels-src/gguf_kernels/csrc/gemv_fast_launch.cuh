@@ -715,10 +715,11 @@ template <int T>
 constexpr bool ks_units_first(int N, int K, int M) {
   const long long n = (long long)N * K;
   if (M > 4) return false;
-  if (n <= (1LL << 26))
-    return (n > (1LL << 25) && ((T == Q6_K && (M > 2 || packed_row_bytes<T>(K) % 16 == 0)) ||
-                                (T == Q5_K && M == 4 && K >= 4096 && N >= 8192))) ||
-           (T == Q6_K && M == 2 && packed_row_bytes<T>(K) % 16 && n > (1LL << 24) && K >= 4096);
+  if (n <= (1LL << 26)) {
+    if (T == Q6_K)  // rows not 16-byte multiples at M = 2 from 2^24 elements where K >= 4096 (v104), else from 2^25
+      return M > 2 || packed_row_bytes<T>(K) % 16 == 0 ? n > (1LL << 25) : M == 2 && n > (1LL << 24) && K >= 4096;
+    return T == Q5_K && M == 4 && K >= 4096 && N >= 8192 && n > (1LL << 25);
+  }
   if (M >= 3) return T != Q4_0 && T != Q8_0;
   return T == MXFP4 || T == IQ4_XS || (K >= 24576 && (T == Q4_K || T == Q5_K || (T == Q4_0 && N >= 8192)));
 }
@@ -764,6 +765,12 @@ struct KsGridPlan {
     kx = nch - z * (sch - 1);
   }
 };
+// The units of 16 rows (MT = 8) that the busiest warp of plan p over N rows takes (its chain: that many slices'
+// chunks).
+inline int ks_units_a_warp(const KsGridPlan& p, int N) {
+  const int units = (N + 15) / 16, warps = p.ctas * p.WPC;
+  return (units + warps - 1) / warps;
+}
 // Where the grid takes 8 slices of 16 warps a CTA over the fewest that give 8 (v83, session 56, H200, M = 8,
 // 14336 -> 4096, us, Z = 4 of 8 warps -> Z = 8 of 16): Q4_0 17.65 -> 14.52, Q4_K 18.34 -> 15.81, Q5_K 20.29 ->
 // 18.32; the slices' records are half as large and twice the warps hide each stage's latency. The other
@@ -814,7 +821,7 @@ KsGridPlan ks_grid_plan_units(int N, int K, int min_wpc, int max_groups, bool un
     while (p.WPC >= min_wpc && smem(p.WPC) > stream_smem_cap()) --p.WPC;
     if (p.WPC < min_wpc || ks_groups_a_thread<T>(p.sch, p.WPC) > max_groups) continue;
     p.ctas = num_sms() / Z;
-    const int64_t chain = (int64_t)((units + p.ctas * p.WPC - 1) / (p.ctas * p.WPC)) * p.sch;
+    const int64_t chain = (int64_t)ks_units_a_warp(p, N) * p.sch;
     if (best.Z && chain >= best_chain) continue;
     best_chain = chain;
     p.smem = smem(p.WPC);
@@ -823,11 +830,6 @@ KsGridPlan ks_grid_plan_units(int N, int K, int min_wpc, int max_groups, bool un
     best = p;
   }
   return best;
-}
-// The units of 16 rows that the busiest warp of a several-units plan takes.
-inline int ks_units_a_warp(const KsGridPlan& p, int N) {
-  const int units = (N + 15) / 16, warps = p.ctas * p.WPC;
-  return (units + warps - 1) / warps;
 }
 // v103 (session 69, H100, the grid against GGUF_KERNELS_FAST_KS_PLAIN=1 in one call, us): MXFP4 and IQ4_XS keep the
 // plain launch they take where the grid's plan gives a warp more than 4 units (a unit's stream of 2-4 chunks padded
