@@ -320,12 +320,13 @@ def test_matmul_stream_grid_first(name, N, K, ms, rng):
 
 
 @pytest.mark.parametrize("name, N, K, ms", [("MXFP4", 28672, 8192, (2, 3, 4)), ("IQ4_XS", 28672, 8192, (2,)),
-                                             ("IQ4_XS", 128256, 2048, (3,))])
+                                             ("IQ4_XS", 128256, 2048, (3,)), ("MXFP4", 36864, 12288, (2,))])
 def test_matmul_stream_units_plain(name, N, K, ms, rng):
     """MXFP4 and IQ4_XS above 2^26 elements keep the plain launch where the grid's plan gives a warp more than 4 units of
     16 rows (v103: 8192 -> 28672, 7 units; IQ4_XS at M = 3, 4 from 8: 2048 -> 128256), where session 69 timed the plain
-    launch 4-17% faster. Against gguf-py's dequantization; the launch is not the grid's (torch.profiler, where CUPTI is
-    free), and is under GGUF_KERNELS_FAST_KS_PLAIN=0."""
+    launch 4-17% faster; from K = 12288 at M = 2 only (v106: 12288 -> 36864, 9 units). Against gguf-py's
+    dequantization; the launch is not the grid's (torch.profiler, where CUPTI is free), and is under
+    GGUF_KERNELS_FAST_KS_PLAIN=0."""
     check_grid_launch(name, N, K, ms, os.environ.get("GGUF_KERNELS_FAST_KS_PLAIN") == "0", rng)
 
 

@@ -837,10 +837,12 @@ KsGridPlan ks_grid_plan_units(int N, int K, int min_wpc, int max_groups, bool un
 // H200 in session 68: 61.9 -> 57.0); 4096 -> 128256 (8): 125.2 -> 104.0, 123.5 -> 109.3. M = 3, 4: MXFP4 -7% (8192
 // -> 28672) and -9% (4096 -> 128256); IQ4_XS -3.5% on 4096 -> 128256 but +1..1.5% on 8192 -> 28672 (H200: +3..5%),
 // so from 8 units there. Two units a warp keep the grid (5120 -> 17408: +5% at M = 2, +20% at M = 3, 4 on the plain
-// launch; 5120 -> 25600: +12%, +2..7%). Below K = 12288 only, as measured (the plain launch holds K of records).
+// launch; 5120 -> 25600: +12%, +2..7%). v106 (session 70, H100, the same knob): from K = 12288 at M = 2 only, 16384 ->
+// 53248 MXFP4 198.2 -> 172.4, IQ4_XS 200.9 -> 193.0; 12288 -> 49152 134.0 -> 116.4, 135.9 -> 128.1; at M = 3, 4 the
+// grid ties on the first and wins on the second (plain +6..12%).
 template <int T>
 constexpr bool ks_units_plain_first(int K, int units_a_warp, int M) {
-  return (T == MXFP4 || T == IQ4_XS) && K < 12288 && units_a_warp > (T == IQ4_XS && M > 2 ? 7 : 4);
+  return (T == MXFP4 || T == IQ4_XS) && (K < 12288 || M == 2) && units_a_warp > (T == IQ4_XS && M > 2 ? 7 : 4);
 }
 // The plain MT-token launch's choice for N rows of K, as launch_stream_dense would make it (the launch rules ask it
 // before a call's arguments exist); bf16's registers stand for fp16's.
