@@ -9,11 +9,12 @@
 # CASE as profile_case.py takes it (dense:TYPE:K:N:M, moe:TYPE:K:N:E:top_k:T[:pair]). NCU_ENVS="A|B|..." runs
 # every case once under each setting, a setting being "VAR=v ..." or empty (a knob's values side by side,
 # one build), e.g. NCU_ENVS="|GGUF_KERNELS_FAST_BAR=0". Reports stay in /tmp/ncu (too many files for $OUT).
+# REUSE_BUILD=1 keeps a build already in /tmp/ka (an earlier command of the same call, e.g. device_ab.sh's A).
 set -o pipefail
 [ $# -ge 2 ] || { sed -n 2,9p "$0"; exit 2; }
 source benchmarks/device_setup.sh
 NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
-build_kernels /tmp/ka || exit 1
+[ -n "$REUSE_BUILD" ] && [ -d /tmp/ka/build ] || build_kernels /tmp/ka || exit 1
 export GGUF_QUANT_KERNELS=/tmp/ka
 REGEX=$1; shift
 mkdir -p /tmp/ncu

@@ -302,16 +302,16 @@ def test_matmul_stream_ks_uneven_off():
 
 
 GRID_FIRST = [("Q6_K", 11007, 4096, (2, 3, 4)), ("Q6_K", 8192, 8192, (2,)), ("Q8_0", 5120, 17408, (2,)),
-              ("Q5_K", 11008, 4096, (2, 4)), ("Q4_K", 9727, 2560, (2,)), ("IQ4_XS", 28672, 8192, (3,)),
-              ("Q6_K", 7168, 5120, (2,))]
+              ("Q5_K", 11008, 4096, (4,)), ("IQ4_XS", 28672, 8192, (3,)), ("Q6_K", 7168, 5120, (2,))]
 
 
 @pytest.mark.parametrize("name, N, K, ms", GRID_FIRST)
 def test_matmul_stream_grid_first(name, N, K, ms, rng):
     """The grid K split before a plain launch that takes the case (v92): Q6_K from 2^25 elements at M = 2..4 (at M = 2
-    up to 2^26; 4096 -> 11007, the last unit a row short; 8192 -> 8192), and at M = 2 where the plain MT = 2 launch
-    leaves SMs without a CTA (stream_plain_idle: Q8_0 17408 -> 5120, two rounds of 8 warps on 80 CTAs; Q5_K 4096 ->
-    11008 on 86, Q4_K 2560 -> 9727 on 76), Q5_K at M = 4 from 2^25 elements where K >= 4096 and N >= 8192 (v100), and IQ4_XS
+    up to 2^26; 4096 -> 11007, the last unit a row short; 8192 -> 8192), and at M = 2 where the plain launch leaves
+    SMs without a CTA (stream_plain_idle: Q8_0 17408 -> 5120, two rounds of 8 warps on 80 CTAs; Q5_K 4096 -> 11008 and
+    Q4_K 2560 -> 9727 since v107 on MT = 4, test_matmul_stream_m2_mt), Q5_K at M = 4 from 2^25 elements where K >= 4096
+    and N >= 8192 (v100), and IQ4_XS
     at M = 3 on 8192 -> 28672 (v87; session 68, H200: 61.9 us against the plain launch's 64.1), Q6_K at M = 2 on rows
     that are not 16-byte multiples from 2^24 elements where K >= 4096 (v104: 5120 -> 7168). Against gguf-py's
     dequantization, fp16 at the last M; the launch is the grid's (GZ) by torch.profiler where CUPTI is free, and not
@@ -362,6 +362,37 @@ def test_matmul_stream_m34_mt8(name, mt, rng):
 def test_matmul_stream_m34_mt8_off():
     """GGUF_KERNELS_FAST_M34_MT8=0, in a child: test_matmul_stream_m34_mt8's cases on the MT = 4 launch (before v91)."""
     run_child({"GGUF_KERNELS_FAST_M34_MT8": "0"}, f"{__file__}::test_matmul_stream_m34_mt8", "", "5 passed")
+
+
+M2_MT = [("Q4_K", 9728, 2560, "4"), ("IQ4_XS", 9728, 2560, "4"), ("Q4_0", 9728, 2560, "4"), ("MXFP4", 8192, 3072, "4"),
+         ("Q4_0", 8192, 3072, "2"), ("Q4_0", 11008, 4096, "2"), ("MXFP4", 18944, 3584, "8"), ("Q8_0", 18944, 3584, "2"),
+         ("IQ4_XS", 5120, 5120, "2"), ("Q5_K", 2560, 9728, "2")]
+
+
+@pytest.mark.parametrize("name, N, K, mt", M2_MT)
+def test_matmul_stream_m2_mt(name, N, K, mt, rng):
+    """M = 2 on the plain launch's MT = 4 or 8 kernel, 2 tokens padded, where MT = 2's stages of 4 chunks leave lanes
+    idle or its units round badly (v107: 2560 -> 9728, 5 or 10 chunks, where Q4_K took the grid before, since MT = 2
+    left 56 SMs idle; 3072 -> 8192, 6 chunks of 512; MXFP4 3584 -> 18944, 7); MT = 2 at equal stages (Q4_0 3072 ->
+    8192, 12 chunks of 256), more (Q8_0 3584 -> 18944), Q4_0 above 0.6 of them (4096 -> 11008), fewer than 8 warps a
+    CTA on MT = 4 (IQ4_XS 5120 -> 5120) or MT = 4's units split over each CTA's warps (Q5_K 9728 -> 2560).
+    Against gguf-py's dequantization; mt: the launched kernel's MT (torch.profiler, where CUPTI is free), every case
+    MT = 2 or the grid under GGUF_KERNELS_FAST_M2_MT=2 (test_matmul_stream_m2_mt_knob)."""
+    packed = random_packed(name, (N,), K, rng)
+    x = torch.randn(2, K, device=DEV, dtype=torch.bfloat16)
+    names = check_launch(name, packed, x, ref_dequant(packed, name).double())
+    if names:
+        args = [stream_args(n) for n in names if stream_args(n)]
+        if os.environ.get("GGUF_KERNELS_FAST_M2_MT") == "2":  # or the grid, where MT = 2 leaves SMs idle (v92)
+            assert all(a["MT"] == "2" or a["GZ"] == "true" for a in args), names
+        else:
+            assert [a["MT"] for a in args] == [mt] and not grid_ran(names), names
+
+
+def test_matmul_stream_m2_mt_knob():
+    """GGUF_KERNELS_FAST_M2_MT=2, in a child: test_matmul_stream_m2_mt's cases on the MT = 2 kernel or the grid (before
+    v107)."""
+    run_child({"GGUF_KERNELS_FAST_M2_MT": "2"}, f"{__file__}::test_matmul_stream_m2_mt", "", f"{len(M2_MT)} passed")
 
 
 def test_matmul_ks_two_streams(rng):

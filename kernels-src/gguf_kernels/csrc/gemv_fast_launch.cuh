@@ -853,6 +853,47 @@ StreamChoice plain_choice(int N, int K) {
   a.K = K;
   return dense_choice<T, __nv_bfloat16, MT>(a);
 }
+// M = 2 on the plain launch (v107). MT = 2's stages hold 4 chunks of a row (MT = 4's 2, MT = 8's 1), so where K's
+// chunks are not a multiple of 4 its last stage has lanes without a chunk that still issue the decode and mma (ncu,
+// IQ4_XS 5120 -> 152064, 10 chunks in 3 stages: 1.2x the warp instructions a weight of 4096 -> 128256), and its
+// units of 4 rows round to whole waves differently. The MT = 4 and 8 kernels take the 2 tokens padded (zero records,
+// columns not stored). Session 70, M = 2, us, MT = 2 -> 4 (H200, the grid kept out; the host's busiest-SM stages of
+// MT = 4 against MT = 2's in brackets): 2560 -> 9728 Q4_K 10.4 -> 7.8, Q8_0 11.7 -> 9.1, IQ4_XS 17.0 -> 11.1 (0.47-0.52);
+// 1536 -> 8960 -15..-31% (0.42-0.56); 3072 -> 8192 MXFP4 / IQ4_XS -15% (0.75); 5120 -> 152064 MXFP4 / IQ4_XS 169.7 ->
+// 153.7, 185.9 -> 167.7 (0.83). At equal stages MT = 4 lost 5-16% (4096 -> 14336 at 0.875 too), where it leaves fewer
+// than 8 warps a CTA (IQ4_XS 5120 -> 5120 at 0.83: +14%) and (H100, main -> v107) where its few units are split
+// over the warps of each CTA (9728 -> 2560, 320 units: Q4_0, Q4_K, Q5_K, Q8_0 +7..10%); Q4_0, whose decode is the
+// cheapest, lost at 0.69 and 0.75 (4096 -> 11008 / 12288, +2 / +4%) and won at 0.52 (-15%). So MT = 4 from 0.85
+// (Q4_0: 0.6) with 8 warps, unsplit. MT = 8 for MXFP4 and IQ4_XS from 2 / 3 with 8 warps (3584 -> 18944, 7 chunks,
+// 0.66: 23.3 -> 19.6, 24.3 -> 23.2; the others' there +-5%; v91 on the H200: -13..-17%).
+// GGUF_KERNELS_FAST_M2_MT: 2, 4 or 8, that kernel wherever it takes the case (MT = 2 otherwise).
+struct M2Choice {
+  int MT;
+  StreamChoice c;
+};
+template <int T, typename XT>
+M2Choice m2_choice(const FastArgs& a) {
+  static const int knob = env_knob("GGUF_KERNELS_FAST_M2_MT", -1);
+  const StreamChoice c2 = dense_choice<T, XT, 2>(a);
+  if (knob == 8 || (knob < 0 && (T == MXFP4 || T == IQ4_XS))) {
+    const StreamChoice c8 = dense_choice<T, XT, 8>(a);
+    if (c8.WPC && (knob == 8 || (c8.WPC >= 8 && 3 * c8.work <= 2 * c2.work))) return {8, c8};
+  }
+  if (knob == 4 || knob < 0) {
+    const StreamChoice c4 = dense_choice<T, XT, 4>(a);
+    if (c4.WPC && (knob == 4 || (c4.WPC >= 8 && !c4.split && 20 * c4.work <= (T == Q4_0 ? 12 : 17) * c2.work)))
+      return {4, c4};
+  }
+  return {2, c2};
+}
+// m2_choice for N rows of K, as plain_choice.
+template <int T>
+M2Choice plain_m2(int N, int K) {
+  FastArgs a = {};
+  a.N = N;
+  a.K = K;
+  return m2_choice<T, __nv_bfloat16>(a);
+}
 // Whether the plain MT-token launch takes M tokens of K on N rows (its records of all of K in each CTA).
 template <int T>
 bool stream_plain_takes(int N, int K, int M) {
@@ -862,9 +903,9 @@ bool stream_plain_takes(int N, int K, int M) {
   return M <= 2 ? takes(std::integral_constant<int, 2>{}) : M <= 4 ? takes(std::integral_constant<int, 4>{})
                                                                      : takes(std::integral_constant<int, 8>{});
 }
-// Whether the plain MT = 2 launch on rows of 16-byte multiples leaves enough SMs without a CTA (its units in whole
-// rounds of WPC warps on fewer CTAs: Q8_0 17408 -> 5120, 1280 units, two rounds of 8 warps on 80 CTAs) that the grid
-// of one unit a warp wins (v92, H200, M = 2, main -> grid, us): more than a quarter for Q5_K, Q6_K, MXFP4 and IQ4_XS
+// Whether the plain launch at M = 2 (m2_choice's kernel; MT = 2 when v92 was measured) on rows of 16-byte multiples
+// leaves enough SMs without a CTA (its units in whole rounds of WPC warps on fewer CTAs: Q8_0 17408 -> 5120, 1280
+// units, two rounds of 8 warps on 80 CTAs) that the grid of one unit a warp wins (v92, H200, M = 2, main -> grid, us): more than a quarter for Q5_K, Q6_K, MXFP4 and IQ4_XS
 // (4096 -> 11008, 86 CTAs: Q5_K 16.6 -> 15.8, MXFP4 15.5 -> 14.1, IQ4_XS 19.2 -> 17.2; 4096 -> 12288, 96 CTAs: 16.7
 // -> 16.0, 15.7 -> 14.4, 19.4 -> 17.5; Q6_K 4096 -> 6144 12.9 -> 12.1); at least 3 / 8 for Q4_K and Q8_0, which lost at
 // 86 and 96 CTAs (Q4_K +0.2 / +0.4, Q8_0 -0.2 / +0.8) and won at 76 and 80 (2560 -> 9728 10.5 -> 10.0, 11.8 -> 11.0;
@@ -873,7 +914,7 @@ bool stream_plain_takes(int N, int K, int M) {
 template <int T>
 bool stream_plain_idle(int N, int K) {
   if (T == Q4_0 || packed_row_bytes<T>(K) % 16) return false;
-  const StreamChoice c = plain_choice<T, 2>(N, K);
+  const StreamChoice c = plain_m2<T>(N, K).c;
   const int idle = num_sms() - c.ctas;
   return c.WPC && (T == Q4_K || T == Q8_0 ? 8 * idle >= 3 * num_sms() : 4 * idle > num_sms());
 }
@@ -1094,6 +1135,13 @@ cudaError_t launch_stream_m34(const FastArgs& a, cudaStream_t stream) {
   }
   return launch_choice<T, XT, false, 4, false>(a, c4, stream);
 }
+template <int T, typename XT>
+cudaError_t launch_stream_m2(const FastArgs& a, cudaStream_t stream) {
+  const M2Choice m = m2_choice<T, XT>(a);
+  return m.MT == 8 ? launch_choice<T, XT, false, 8, false>(a, m.c, stream)
+         : m.MT == 4 ? launch_choice<T, XT, false, 4, false>(a, m.c, stream)
+                     : launch_choice<T, XT, false, 2, false>(a, m.c, stream);
+}
 // gemv_stream_kernel for a dense matmul, no scratch; cudaErrorNotSupported when it does not take the case.
 template <int T>
 cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t stream) {
@@ -1122,7 +1170,8 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
   const cudaError_t e = xt == DType::BF16 ? launch_stream_ks<T, __nv_bfloat16>(a, stream)
                                           : launch_stream_ks<T, __half>(a, stream);
   if (e != cudaErrorNotSupported) return e;
-  if (M == 2) return launch_stream_dense<T, 2>(a, xt, stream);
+  if (M == 2)
+    return xt == DType::BF16 ? launch_stream_m2<T, __nv_bfloat16>(a, stream) : launch_stream_m2<T, __half>(a, stream);
   if (M <= 4)
     return xt == DType::BF16 ? launch_stream_m34<T, __nv_bfloat16>(a, stream) : launch_stream_m34<T, __half>(a, stream);
   return launch_stream_dense<T, 8>(a, xt, stream);
