@@ -29,7 +29,8 @@ void show(const char* name, int K, int N, int M) {
   const bool clusters = ks_clusters_may_take<T>(N, K, M);
   const char* taken = g.Z ? "grid" : clusters ? "clusters" : plain ? "plain" : "other";
   printf("| %s | %d -> %d | %d | %d | %s | %s | %s | %d: %d x %d | %s |", name, K, N, M, nch,
-         ks_units_first<T>(N, K, M) ? "yes" : "no", clusters ? "yes" : "no", plain ? "yes" : "no", m2.MT, m2.c.WPC, m2.c.ctas,
+         ks_units_first<T>(N, K, M) ? "yes" : "no", clusters ? "yes" : "no", plain ? "yes" : "no", m2.MT, m2.c.WPC,
+         m2.c.ctas,
          M == 2 && plain ? (stream_plain_idle<T>(N, K) ? "yes" : "no") : "");
   if (!g.Z) {
     printf(" | | | | | %s |\n", taken);
@@ -48,9 +49,10 @@ int main(int argc, char** argv) {
                     {{25600, 5120}, {17408, 5120}, {18944, 3584}, {3584, 18944}, {28672, 8192}, {8192, 28672}, {4096, 128256}},
                     shapes))
     return 2;
-  printf("| type | K -> N | M | chunks | grid first | clusters may | plain takes | plain M = 2: MT: warps x CTAs | M = 2 "
-         "idle | grid Z | CTAs a slice x warps | units a warp | chunks a slice (ranks), the rest | busiest warp's chunks "
-         "| taken |\n| --- | --- | ---: | ---: | --- | --- | --- | --- | --- | ---: | --- | --- | --- | ---: | --- |\n");
+  printf("| type | K -> N | M | chunks | grid first | clusters may | plain takes | plain M = 2: MT: warps x CTAs "
+         "| M = 2 idle | grid Z | CTAs a slice x warps | units a warp | chunks a slice (ranks), the rest "
+         "| busiest warp's chunks | taken |\n"
+         "| --- | --- | ---: | ---: | --- | --- | --- | --- | --- | ---: | --- | --- | --- | ---: | --- |\n");
   for (const auto& s : shapes)
     for (int m = 2; m <= 8; ++m)
       each_fast_type([&](auto t, const char* name) { show<decltype(t)::value>(name, s.first, s.second, m); });

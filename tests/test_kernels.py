@@ -311,9 +311,9 @@ def test_matmul_stream_grid_first(name, N, K, ms, rng):
     up to 2^26; 4096 -> 11007, the last unit a row short; 8192 -> 8192), and at M = 2 where the plain launch leaves
     SMs without a CTA (stream_plain_idle: Q8_0 17408 -> 5120, two rounds of 8 warps on 80 CTAs; Q5_K 4096 -> 11008 and
     Q4_K 2560 -> 9727 since v107 on MT = 4, test_matmul_stream_m2_mt), Q5_K at M = 4 from 2^25 elements where K >= 4096
-    and N >= 8192 (v100), and IQ4_XS
-    at M = 3 on 8192 -> 28672 (v87; session 68, H200: 61.9 us against the plain launch's 64.1), Q6_K at M = 2 on rows
-    that are not 16-byte multiples from 2^24 elements where K >= 4096 (v104: 5120 -> 7168). Against gguf-py's
+    and N >= 8192 (v100), and IQ4_XS at M = 3 on 8192 -> 28672 (v87; session 68, H200: 61.9 us against the plain
+    launch's 64.1), Q6_K at M = 2 on rows that are not 16-byte multiples from 2^24 elements where K >= 4096 (v104: 5120
+    -> 7168). Against gguf-py's
     dequantization, fp16 at the last M; the launch is the grid's (GZ) by torch.profiler where CUPTI is free, and not
     under GGUF_KERNELS_FAST_KS_PLAIN=1 (test_matmul_stream_grid_first_off)."""
     check_grid_launch(name, N, K, ms, os.environ.get("GGUF_KERNELS_FAST_KS_PLAIN") != "1", rng)

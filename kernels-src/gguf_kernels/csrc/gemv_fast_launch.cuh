@@ -855,17 +855,17 @@ StreamChoice plain_choice(int N, int K) {
 }
 // M = 2 on the plain launch (v107). MT = 2's stages hold 4 chunks of a row (MT = 4's 2, MT = 8's 1), so where K's
 // chunks are not a multiple of 4 its last stage has lanes without a chunk that still issue the decode and mma (ncu,
-// IQ4_XS 5120 -> 152064, 10 chunks in 3 stages: 1.2x the warp instructions a weight of 4096 -> 128256), and its
-// units of 4 rows round to whole waves differently. The MT = 4 and 8 kernels take the 2 tokens padded (zero records,
-// columns not stored). Session 70, M = 2, us, MT = 2 -> 4 (H200, the grid kept out; the host's busiest-SM stages of
-// MT = 4 against MT = 2's in brackets): 2560 -> 9728 Q4_K 10.4 -> 7.8, Q8_0 11.7 -> 9.1, IQ4_XS 17.0 -> 11.1 (0.47-0.52);
-// 1536 -> 8960 -15..-31% (0.42-0.56); 3072 -> 8192 MXFP4 / IQ4_XS -15% (0.75); 5120 -> 152064 MXFP4 / IQ4_XS 169.7 ->
-// 153.7, 185.9 -> 167.7 (0.83). At equal stages MT = 4 lost 5-16% (4096 -> 14336 at 0.875 too), where it leaves fewer
-// than 8 warps a CTA (IQ4_XS 5120 -> 5120 at 0.83: +14%) and (H100, main -> v107) where its few units are split
-// over the warps of each CTA (9728 -> 2560, 320 units: Q4_0, Q4_K, Q5_K, Q8_0 +7..10%); Q4_0, whose decode is the
-// cheapest, lost at 0.69 and 0.75 (4096 -> 11008 / 12288, +2 / +4%) and won at 0.52 (-15%). So MT = 4 from 0.85
-// (Q4_0: 0.6) with 8 warps, unsplit. MT = 8 for MXFP4 and IQ4_XS from 2 / 3 with 8 warps (3584 -> 18944, 7 chunks,
-// 0.66: 23.3 -> 19.6, 24.3 -> 23.2; the others' there +-5%; v91 on the H200: -13..-17%).
+// IQ4_XS 5120 -> 152064, 10 chunks in 3 stages: 1.2x the warp instructions a weight of 4096 -> 128256), and its units
+// of 4 rows round to whole waves differently. The MT = 4 and 8 kernels take the 2 tokens padded (zero records, columns
+// not stored). Session 70, M = 2, us, MT = 2 -> 4 (H200, the grid kept out; the host's busiest-SM stages of MT = 4
+// against MT = 2's in brackets): 2560 -> 9728 Q4_K 10.4 -> 7.8, Q8_0 11.7 -> 9.1, IQ4_XS 17.0 -> 11.1 (0.47-0.52); 1536
+// -> 8960 -15..-31% (0.42-0.56); 3072 -> 8192 MXFP4 / IQ4_XS -15% (0.75); 5120 -> 152064 MXFP4 / IQ4_XS 169.7 -> 153.7,
+// 185.9 -> 167.7 (0.83). At equal stages MT = 4 lost 5-16% (4096 -> 14336 at 0.875 too), where it leaves fewer than 8
+// warps a CTA (IQ4_XS 5120 -> 5120 at 0.83: +14%) and (H100, main -> v107) where its few units are split over the warps
+// of each CTA (9728 -> 2560, 320 units: Q4_0, Q4_K, Q5_K, Q8_0 +7..10%); Q4_0, whose decode is the cheapest, lost at
+// 0.69 and 0.75 (4096 -> 11008 / 12288, +2 / +4%) and won at 0.52 (-15%). So MT = 4 from 0.85 (Q4_0: 0.6) with 8 warps,
+// unsplit. MT = 8 for MXFP4 and IQ4_XS from 2 / 3 with 8 warps (3584 -> 18944, 7 chunks, 0.66: 23.3 -> 19.6, 24.3 ->
+// 23.2; the others' there +-5%; v91 on the H200: -13..-17%).
 // GGUF_KERNELS_FAST_M2_MT: 2, 4 or 8, that kernel wherever it takes the case (MT = 2 otherwise).
 struct M2Choice {
   int MT;
@@ -905,12 +905,12 @@ bool stream_plain_takes(int N, int K, int M) {
 }
 // Whether the plain launch at M = 2 (m2_choice's kernel; MT = 2 when v92 was measured) on rows of 16-byte multiples
 // leaves enough SMs without a CTA (its units in whole rounds of WPC warps on fewer CTAs: Q8_0 17408 -> 5120, 1280
-// units, two rounds of 8 warps on 80 CTAs) that the grid of one unit a warp wins (v92, H200, M = 2, main -> grid, us): more than a quarter for Q5_K, Q6_K, MXFP4 and IQ4_XS
-// (4096 -> 11008, 86 CTAs: Q5_K 16.6 -> 15.8, MXFP4 15.5 -> 14.1, IQ4_XS 19.2 -> 17.2; 4096 -> 12288, 96 CTAs: 16.7
-// -> 16.0, 15.7 -> 14.4, 19.4 -> 17.5; Q6_K 4096 -> 6144 12.9 -> 12.1); at least 3 / 8 for Q4_K and Q8_0, which lost at
-// 86 and 96 CTAs (Q4_K +0.2 / +0.4, Q8_0 -0.2 / +0.8) and won at 76 and 80 (2560 -> 9728 10.5 -> 10.0, 11.8 -> 11.0;
-// Q8_0 17408 -> 5120 36.7 -> 29.2); never for Q4_0 (+0.1 / +1.0 / +1.4 at 76 / 86 / 96). Rows that are not 16-byte
-// multiples keep the plain launch (Q6_K 5120 -> 5120 +1.2).
+// units, two rounds of 8 warps on 80 CTAs) that the grid of one unit a warp wins (v92, H200, M = 2, main -> grid, us):
+// more than a quarter for Q5_K, Q6_K, MXFP4 and IQ4_XS (4096 -> 11008, 86 CTAs: Q5_K 16.6 -> 15.8, MXFP4 15.5 -> 14.1,
+// IQ4_XS 19.2 -> 17.2; 4096 -> 12288, 96 CTAs: 16.7 -> 16.0, 15.7 -> 14.4, 19.4 -> 17.5; Q6_K 4096 -> 6144 12.9 ->
+// 12.1); at least 3 / 8 for Q4_K and Q8_0, which lost at 86 and 96 CTAs (Q4_K +0.2 / +0.4, Q8_0 -0.2 / +0.8) and won at
+// 76 and 80 (2560 -> 9728 10.5 -> 10.0, 11.8 -> 11.0; Q8_0 17408 -> 5120 36.7 -> 29.2); never for Q4_0 (+0.1 / +1.0 /
+// +1.4 at 76 / 86 / 96). Rows that are not 16-byte multiples keep the plain launch (Q6_K 5120 -> 5120 +1.2).
 template <int T>
 bool stream_plain_idle(int N, int K) {
   if (T == Q4_0 || packed_row_bytes<T>(K) % 16) return false;
@@ -1135,6 +1135,7 @@ cudaError_t launch_stream_m34(const FastArgs& a, cudaStream_t stream) {
   }
   return launch_choice<T, XT, false, 4, false>(a, c4, stream);
 }
+// M = 2 on the plain launch: m2_choice's kernel.
 template <int T, typename XT>
 cudaError_t launch_stream_m2(const FastArgs& a, cudaStream_t stream) {
   const M2Choice m = m2_choice<T, XT>(a);
