@@ -226,15 +226,21 @@ __device__ __forceinline__ float group_f(int v) {
   asm volatile("cvt.rn.f32.s32 %0, %1;" : "=f"(f) : "r"(v));
   return f;
 }
+// A group's int8 products as 256 dh + dl, each handed to f(i, D_i) as it is formed (the converting form's order:
+// one product's conversion right after its sum).
+template <class F>
+__device__ __forceinline__ void group_imma_each(const uint32_t (&A)[2][4], const uint32_t (&b)[4], F&& f) {
+  int dh[4], dl[4];
+  group_imma(dh, dl, A, b);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) f(i, dh[i] * 256 + dl[i]);
+}
 // One group's products D (fragment layout of m16n8k16's f32 accumulators) from its A fragments (L::chunk) and the
 // lane's four B record words b: fp16, STEPS m16n8k16; I8, group_imma's, as floats (float D) or as kept (int D).
 template <int T, bool I8 = fast_i8<T>()>
 __device__ __forceinline__ void group_mma(float (&D)[4], const uint32_t (&A)[2][4], const uint32_t (&b)[4]) {
   if constexpr (I8) {
-    int dh[4], dl[4];
-    group_imma(dh, dl, A, b);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) D[i] = group_f(dh[i] * 256 + dl[i]);
+    group_imma_each(A, b, [&](int i, int v) { D[i] = group_f(v); });
   } else {
     mma16816_z(D, A[0], b[0], b[1]);
     if constexpr (FT<T>::STEPS == 2) mma16816(D, A[1], b[2], b[3]);
@@ -243,10 +249,7 @@ __device__ __forceinline__ void group_mma(float (&D)[4], const uint32_t (&A)[2][
 template <int T, bool I8 = fast_i8<T>()>
 __device__ __forceinline__ void group_mma(int (&D)[4], const uint32_t (&A)[2][4], const uint32_t (&b)[4]) {
   static_assert(I8, "integer products: fast_i8 types only");
-  int dh[4], dl[4];
-  group_imma(dh, dl, A, b);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) D[i] = dh[i] * 256 + dl[i];
+  group_imma_each(A, b, [&](int i, int v) { D[i] = v; });
 }
 
 struct FastArgs {

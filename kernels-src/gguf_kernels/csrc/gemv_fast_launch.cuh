@@ -844,14 +844,18 @@ template <int T>
 constexpr bool ks_units_plain_first(int K, int units_a_warp, int M) {
   return (T == MXFP4 || T == IQ4_XS) && (K < 12288 || M == 2) && units_a_warp > (T == IQ4_XS && M > 2 ? 7 : 4);
 }
-// The plain MT-token launch's choice for N rows of K, as launch_stream_dense would make it (the launch rules ask it
-// before a call's arguments exist); bf16's registers stand for fp16's.
-template <int T, int MT>
-StreamChoice plain_choice(int N, int K) {
+// A call's arguments as far as the launch rules ask them before the call exists: N rows of K.
+inline FastArgs plain_args(int N, int K) {
   FastArgs a = {};
   a.N = N;
   a.K = K;
-  return dense_choice<T, __nv_bfloat16, MT>(a);
+  return a;
+}
+// The plain MT-token launch's choice for N rows of K, as launch_stream_dense would make it; bf16's registers stand for
+// fp16's.
+template <int T, int MT>
+StreamChoice plain_choice(int N, int K) {
+  return dense_choice<T, __nv_bfloat16, MT>(plain_args(N, K));
 }
 // M = 2 on the plain launch (v107). MT = 2's stages hold 4 chunks of a row (MT = 4's 2, MT = 8's 1), so where K's
 // chunks are not a multiple of 4 its last stage has lanes without a chunk that still issue the decode and mma (ncu,
@@ -889,10 +893,7 @@ M2Choice m2_choice(const FastArgs& a) {
 // m2_choice for N rows of K, as plain_choice.
 template <int T>
 M2Choice plain_m2(int N, int K) {
-  FastArgs a = {};
-  a.N = N;
-  a.K = K;
-  return m2_choice<T, __nv_bfloat16>(a);
+  return m2_choice<T, __nv_bfloat16>(plain_args(N, K));
 }
 // Whether the plain MT-token launch takes M tokens of K on N rows (its records of all of K in each CTA).
 template <int T>
