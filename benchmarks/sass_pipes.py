@@ -6,8 +6,8 @@
 
 compiles the .cu as build_kernels.py does (its nvcc flags, sm_90a) into a cubin, or takes a .cubin,
 disassembles it, and prints for each kernel whose mangled name matches --kernel the instructions of its
-largest loop (the stage loop of the stream kernels) by pipe: ALU (LOP3, PRMT, SHF, ISETP, FSEL, ...:
-64 lanes a cycle an SM on Hopper), FMA (FFMA, FMUL, FADD, IMAD, VIADD, HADD2: IMAD at 64, the float
+stage loop (the innermost loop that holds its mma, else its largest loop) by pipe: ALU (LOP3, PRMT, SHF,
+ISETP, FSEL, ...: 64 lanes a cycle an SM on Hopper), FMA (FFMA, FMUL, FADD, IMAD, VIADD, HADD2: IMAD at 64, the float
 ones at 128), CONV (I2F, F2I, I2FP, F2FP: 16), MMA, LDS and the rest; --mix adds the opcodes. A
 decode bound by issue shows as ALU well above FMA (NOTES.md v95: IQ4_XS 785 ALU to 251 FMA a stage
 of 32 mma at MT = 2, where MXFP4, at the same bits a weight and 1.3x its speed, has 564 to 376).
@@ -88,19 +88,29 @@ def kernels(sass: str) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-def largest_loop(body: list[tuple[str, str]]) -> list[str]:
-    """The instructions from a label to the last backward branch to it, the longest such range."""
+def stage_loop(body: list[tuple[str, str]]) -> list[str]:
+    """The instructions from a label to a backward branch to it: of those ranges, the shortest one that holds the
+    most mma instructions (the stage loop, not a range that also spans code placed after it and branching back,
+    such as a shuffle's out-of-line collective path), or the longest where none holds an mma."""
     labels, ins = {}, []
     for kind, text in body:
         if kind == "L":
             labels[text] = len(ins)
         else:
             ins.append(text)
-    best = (0, -1)
+    is_mma = [pipe(opcode(t)) == "MMA" for t in ins]
+    mma_before = [0]
+    for m in is_mma:
+        mma_before.append(mma_before[-1] + m)
+    best, best_key = (0, -1), None
     for i, text in enumerate(ins):
         m = re.search(r"BRA\S*\s.*`\((\.L_x_\d+)\)", text)
-        if m and labels.get(m.group(1), i + 1) <= i and i - labels[m.group(1)] > best[1] - best[0]:
-            best = (labels[m.group(1)], i)
+        if m and labels.get(m.group(1), i + 1) <= i:
+            lo = labels[m.group(1)]
+            n_mma = mma_before[i + 1] - mma_before[lo]
+            key = (n_mma, -(i - lo)) if n_mma else (0, i - lo)
+            if best_key is None or key > best_key:
+                best, best_key = (lo, i), key
     return ins[best[0]:best[1] + 1]
 
 
@@ -143,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, body in kernels(sass).items():
         if not re.search(args.kernel, name):
             continue
-        ops = [opcode(t) for t in largest_loop(body)]
+        ops = [opcode(t) for t in stage_loop(body)]
         by_pipe = collections.Counter(pipe(o) for o in ops)
         print(f"| {short_name(name)} | {len(ops)} | " + " | ".join(str(by_pipe[c]) for c in cols) + " |")
         if args.mix:

@@ -14,7 +14,7 @@ def load_tool():
     return mod
 
 
-def test_largest_loop_by_pipe():
+def test_stage_loop_by_pipe():
     """The stage loop is the range from label .L_x_3 to its backward branch (16 instructions), not the longer
     straight code around it nor the one-instruction trap loop `.L_x_4: BRA .L_x_4` at the end; by pipe: 8 ALU
     (2 MOV, 2 IADD3, IADD3.X, ISETP, SHF, LOP3), 5 FMA (2 IMAD.MOV, VIADD, IMAD.X, FFMA), 3 other (2 LDG, BRA);
@@ -23,11 +23,24 @@ def test_largest_loop_by_pipe():
     sass = (ROOT / "tests" / "data" / "saxpy_loop_sm90a.sass").read_text()
     kernels = tool.kernels(sass)
     assert list(kernels) == ["_Z10saxpy_loopPKfPfPKji"]
-    loop = tool.largest_loop(kernels["_Z10saxpy_loopPKfPfPKji"])
+    loop = tool.stage_loop(kernels["_Z10saxpy_loopPKfPfPKji"])
     ops = [tool.opcode(t) for t in loop]
     assert len(ops) == 16
     assert ops[0] == "IMAD.MOV.U32" and ops[-1] == "BRA"
     assert collections.Counter(tool.pipe(o) for o in ops) == {"ALU": 8, "FMA": 5, "other": 3}
+
+
+def test_stage_loop_holds_the_mma():
+    """Where code placed after the stage loop branches back above it (a shuffle's out-of-line path into the
+    records loop before it), the range of that branch is longer but the stage loop is the shortest one that holds
+    every mma."""
+    tool = load_tool()
+    body = [("L", ".L_x_1"), ("I", "FMNMX R1, R1, R2, !PT"), ("I", "STS.128 [R3], R4"),
+            ("L", ".L_x_2"), ("I", "IMMA.16832.U8.S8 R8, R12, R16, R8"), ("I", "IMAD R9, R8, R10, R9"),
+            ("I", "@!P1 BRA `(.L_x_2)"), ("I", "EXIT"),
+            ("I", "SHFL.BFLY P2, R2, R1, R5, R6"), ("I", "BRA `(.L_x_1)")]
+    ops = [tool.opcode(t) for t in tool.stage_loop(body)]
+    assert ops == ["IMMA.16832.U8.S8", "IMAD", "BRA"]
 
 
 def test_pipe_names():
