@@ -1,7 +1,8 @@
 // The M = 1 dense launch's two stream forms side by side, as the host chooses between them
 // (gemv_fast_launch.cuh: choose_one_or_old): for each shape and type, the row pairs' (MT = 1) and ONE's (4-row
 // units) units, stages a unit, warps a CTA, CTAs, shared memory and the busiest SM's stages, and the form taken. It
-// needs the GPU only for the device's SM count, shared memory and each kernel's registers (the launch's own queries).
+// reads the device's SM count, shared memory and each kernel's registers (the launch's own queries) where there is a
+// GPU; without one the launch's fallbacks stand in (the H200's properties, each stream kernel's register cap).
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //     -I kernels-src/gguf_kernels/csrc benchmarks/choice_probe.cu -o /tmp/choice_probe
 //   /tmp/choice_probe [KxN ...]      (default: the issue's 8B shapes and a few more)

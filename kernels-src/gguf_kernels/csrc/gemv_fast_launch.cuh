@@ -274,7 +274,9 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
   if (!regs) {
     const auto kernel = gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE, false, false, false, MR>;
     cudaFuncAttributes fa;
-    regs = cudaFuncGetAttributes(&fa, kernel) == cudaSuccess ? std::max(fa.numRegs, 1) : 96;
+    // (without a device, e.g. the probes on a host: the kernel's cap, which the stream kernels reach or nearly)
+    regs = cudaFuncGetAttributes(&fa, kernel) == cudaSuccess ? std::max(fa.numRegs, 1)
+                                                             : stream_reg_cap<T, MOE, MT, RAG, ONE>();
     cudaGetLastError();
   }
   // registers: a warp's are allocated in units of 256 from one of the SM's 4 sub-partitions, which a
@@ -871,12 +873,12 @@ StreamChoice plain_choice(int N, int K) {
 // unsplit. MT = 8 for MXFP4 and IQ4_XS from 2 / 3 with 8 warps (3584 -> 18944, 7 chunks, 0.66: 23.3 -> 19.6, 24.3 ->
 // 23.2; the others' there +-5%; v91 on the H200: -13..-17%).
 // GGUF_KERNELS_FAST_M2_MT: 2, 4 or 8, that kernel wherever it takes the case (MT = 2 otherwise).
-struct M2Choice {
+struct MtChoice {  // the plain launch's kernel at M = 2 (m2_choice) or M = 3, 4 (m34_choice): its MT and plan
   int MT;
   StreamChoice c;
 };
 template <int T, typename XT>
-M2Choice m2_choice(const FastArgs& a) {
+MtChoice m2_choice(const FastArgs& a) {
   static const int knob = env_knob("GGUF_KERNELS_FAST_M2_MT", -1);
   const StreamChoice c2 = dense_choice<T, XT, 2>(a);
   if (knob == 8 || (knob < 0 && (T == MXFP4 || T == IQ4_XS))) {
@@ -892,7 +894,7 @@ M2Choice m2_choice(const FastArgs& a) {
 }
 // m2_choice for N rows of K, as plain_choice.
 template <int T>
-M2Choice plain_m2(int N, int K) {
+MtChoice plain_m2(int N, int K) {
   return m2_choice<T, __nv_bfloat16>(plain_args(N, K));
 }
 // Whether the plain MT-token launch takes M tokens of K on N rows (its records of all of K in each CTA).
@@ -1127,19 +1129,30 @@ cudaError_t launch_stream_mis(const FastArgs& a, cudaStream_t stream) {
 // but Q6_K 4096 -> 14336 (-19%); M = 2 on MT = 8 won only for MXFP4 and IQ4_XS at 3584 -> 18944 (-13..-17%) and lost
 // 5-86% elsewhere, so M = 2 keeps MT = 2. GGUF_KERNELS_FAST_M34_MT8: 0 never, 1 wherever MT = 8 takes the case.
 template <int T, typename XT>
-cudaError_t launch_stream_m34(const FastArgs& a, cudaStream_t stream) {
+MtChoice m34_choice(const FastArgs& a) {
   static const int knob = env_knob("GGUF_KERNELS_FAST_M34_MT8", -1);
   const StreamChoice c4 = dense_choice<T, XT, 4>(a);
   if (knob != 0 && (knob == 1 || c4.WPC)) {
     const StreamChoice c8 = dense_choice<T, XT, 8>(a);
-    if (c8.WPC && (knob == 1 || 5 * c8.work <= 3 * c4.work)) return launch_choice<T, XT, false, 8, false>(a, c8, stream);
+    if (c8.WPC && (knob == 1 || 5 * c8.work <= 3 * c4.work)) return {8, c8};
   }
-  return launch_choice<T, XT, false, 4, false>(a, c4, stream);
+  return {4, c4};
+}
+// m34_choice for N rows of K, as plain_choice (benchmarks/ks_plan_probe.cu).
+template <int T>
+MtChoice plain_m34(int N, int K) {
+  return m34_choice<T, __nv_bfloat16>(plain_args(N, K));
+}
+template <int T, typename XT>
+cudaError_t launch_stream_m34(const FastArgs& a, cudaStream_t stream) {
+  const MtChoice m = m34_choice<T, XT>(a);
+  return m.MT == 8 ? launch_choice<T, XT, false, 8, false>(a, m.c, stream)
+                   : launch_choice<T, XT, false, 4, false>(a, m.c, stream);
 }
 // M = 2 on the plain launch: m2_choice's kernel.
 template <int T, typename XT>
 cudaError_t launch_stream_m2(const FastArgs& a, cudaStream_t stream) {
-  const M2Choice m = m2_choice<T, XT>(a);
+  const MtChoice m = m2_choice<T, XT>(a);
   return m.MT == 8 ? launch_choice<T, XT, false, 8, false>(a, m.c, stream)
          : m.MT == 4 ? launch_choice<T, XT, false, 4, false>(a, m.c, stream)
                      : launch_choice<T, XT, false, 2, false>(a, m.c, stream);
