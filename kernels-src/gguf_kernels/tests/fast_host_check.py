@@ -5,7 +5,8 @@
 Random valid blocks (every byte random except the fp16 scale fields), bf16-valued activations with
 a wide spread of magnitudes, rows not a multiple of 16, M = 1..8. The host model sums in fp32 like
 the kernel, so the relative error must stay near fp32 rounding (< 5e-5; the 1024 base cancels in the epilogue); a wrong byte, nibble or slot
-mapping gives O(1).
+mapping gives O(1). IQ4_XS's int8 records round the activations to int16 a group, so its int8 paths are checked
+against gguf-py on the activations rounded that way (`group_rounded`), where they land at ~1e-7.
 """
 from __future__ import annotations
 
@@ -61,23 +62,34 @@ def report(label, rc, out, x, w):
 
 def check_stream(lib, name, packed, w, K, x, R, label, ctas=0, wpc=0, exp8=False):
     """fast_matmul_stream (ctas > 0: its split launch; exp8: the MT = 8 form in EXP's slot order)
-    against gguf-py."""
+    against gguf-py (IQ4_XS: on the activations as its int8 records round them)."""
     M = x.shape[0]
     out = np.full((M, R), np.nan, np.float32)
     rc = lib.fast_matmul_stream(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
                                 ctypes.c_longlong(packed.shape[1]), K,
                                 np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
                                 M, out.ctypes.data_as(ctypes.c_void_p), ctas, wpc, int(exp8))
-    return report(label, rc, out, x, w)
+    return report(label, rc, out, group_rounded(x) if name == "IQ4_XS" else x, w)
 
 
-def check_m1(entry, name, packed, w, K, x, R, label):
-    """A one-token host model (fast_matmul_stream_one, fast_matmul_stream_flat[_ragged]) against gguf-py."""
+def group_rounded(x, n=32):
+    """x as an int8 type's records hold it (Prep::group_i8): each run of n elements x / sigma rounded half to even to
+    int16 (32767 at most), sigma = 2^(E - 14) for the exponent E of the run's largest |x| (2^-126 where that is below
+    2^-112), times sigma again."""
+    xb = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, n)
+    be = (np.abs(xb).max(axis=1).view(np.uint32) >> 23).astype(np.int64)
+    sigma = np.ldexp(1.0, np.where(be > 15, be - 14, 1) - 127)[:, None]
+    return (np.minimum(np.rint(xb / sigma), 32767) * sigma).reshape(np.shape(x))
+
+
+def check_m1(entry, name, packed, w, K, x, R, label, x_ref=None):
+    """A one-token host model (fast_matmul_stream_one, fast_matmul_stream_flat[_ragged]) against gguf-py (x_ref:
+    the activations as the model's records round them, where that is coarser than fp32)."""
     out = np.full((1, R), np.nan, np.float32)
     rc = entry(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R, ctypes.c_longlong(packed.shape[1]), K,
                np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
                out.ctypes.data_as(ctypes.c_void_p))
-    return report(label, rc, out, x, w)
+    return report(label, rc, out, x if x_ref is None else x_ref, w)
 
 
 def main():
@@ -99,7 +111,9 @@ def main():
                                          ctypes.c_longlong(packed.shape[1]), K,
                                          np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p), M,
                                          out.ctypes.data_as(ctypes.c_void_p), U, f16)
-                    bad += not report(f"{name:7s} K={K:5d} M={M} U={U}{' f16' if f16 else ''}", rc, out, x, w)
+                    # (IQ4_XS's int8 records: against the activations as they round them, x / sigma to int16 a group)
+                    x_ref = group_rounded(x) if name == "IQ4_XS" and not f16 else x
+                    bad += not report(f"{name:7s} K={K:5d} M={M} U={U}{' f16' if f16 else ''}", rc, out, x_ref, w)
     # gemv_stream_kernel's dense path (MT = 1, 2, 4, 8 tokens): odd R (a short last unit for every MT),
     # one stage, several stages, and a short last stage for every MT < 8 (11 chunks; Q6_K: stages
     # 0, 4, 8 and 12 bytes past a 16-byte boundary). Then ragged rows (M = 1 only): not a multiple of
@@ -145,8 +159,9 @@ def main():
         for K in {"Q6_K": [2048, 6144], "IQ4_XS": [2048, 5632], "MXFP4": [2048, 5632]}.get(name, [1024, 2816, 4096]):
             R = 37
             packed, w = random_rows(name, R, K, rng)
-            bad += not check_m1(lib.fast_matmul_stream_one, name, packed, w, K, wide_x(rng, 1, K), R,
-                                f"{name:7s} K={K:5d} M=1 one")
+            x = wide_x(rng, 1, K)
+            bad += not check_m1(lib.fast_matmul_stream_one, name, packed, w, K, x, R, f"{name:7s} K={K:5d} M=1 one",
+                                group_rounded(x) if name == "IQ4_XS" else None)
     # MoE pairs on flat items (gemv_stream_kernel's FLAT): rows of 1..4 items (Q6_K: super-blocks, rows of
     # 210 .. 840 bytes, every other one 2 bytes off 4-byte alignment), two units of rows each
     for name in TYPES:
@@ -154,8 +169,9 @@ def main():
         for n in (1, 2, 3, 4):
             K, R = n * ie, 2 * 16 // (n & -n)  # two units of flat_rows(n)
             packed, w = random_rows(name, R, K, rng)
-            bad += not check_m1(lib.fast_matmul_stream_flat, name, packed, w, K, wide_x(rng, 1, K), R,
-                                f"{name:7s} K={K:5d} M=1 flat, {n} items")
+            x = wide_x(rng, 1, K)
+            bad += not check_m1(lib.fast_matmul_stream_flat, name, packed, w, K, x, R,
+                                f"{name:7s} K={K:5d} M=1 flat, {n} items", group_rounded(x) if name == "IQ4_XS" else None)
     # ragged flat items (MXFP4 rows of 4k + 2 bytes, v37): rows of 1, 3, 4, 6 and 8 chunks, the last one
     # short (K = 2880: gpt-oss, 6 items, 8 rows a unit), two units (K = 2880: three)
     for K in (64, 1088, 1600, 2880, 3904):
