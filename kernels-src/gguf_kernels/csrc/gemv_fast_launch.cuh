@@ -1143,16 +1143,10 @@ template <int T>
 MtChoice plain_m34(int N, int K) {
   return m34_choice<T, __nv_bfloat16>(plain_args(N, K));
 }
+// M = 2..4 on the plain launch: m2_choice's or m34_choice's kernel.
 template <int T, typename XT>
-cudaError_t launch_stream_m34(const FastArgs& a, cudaStream_t stream) {
-  const MtChoice m = m34_choice<T, XT>(a);
-  return m.MT == 8 ? launch_choice<T, XT, false, 8, false>(a, m.c, stream)
-                   : launch_choice<T, XT, false, 4, false>(a, m.c, stream);
-}
-// M = 2 on the plain launch: m2_choice's kernel.
-template <int T, typename XT>
-cudaError_t launch_stream_m2(const FastArgs& a, cudaStream_t stream) {
-  const MtChoice m = m2_choice<T, XT>(a);
+cudaError_t launch_stream_m24(const FastArgs& a, cudaStream_t stream) {
+  const MtChoice m = a.M == 2 ? m2_choice<T, XT>(a) : m34_choice<T, XT>(a);
   return m.MT == 8 ? launch_choice<T, XT, false, 8, false>(a, m.c, stream)
          : m.MT == 4 ? launch_choice<T, XT, false, 4, false>(a, m.c, stream)
                      : launch_choice<T, XT, false, 2, false>(a, m.c, stream);
@@ -1185,10 +1179,8 @@ cudaError_t launch_stream_any_m(const GemvArgs& ga, DType xt, cudaStream_t strea
   const cudaError_t e = xt == DType::BF16 ? launch_stream_ks<T, __nv_bfloat16>(a, stream)
                                           : launch_stream_ks<T, __half>(a, stream);
   if (e != cudaErrorNotSupported) return e;
-  if (M == 2)
-    return xt == DType::BF16 ? launch_stream_m2<T, __nv_bfloat16>(a, stream) : launch_stream_m2<T, __half>(a, stream);
   if (M <= 4)
-    return xt == DType::BF16 ? launch_stream_m34<T, __nv_bfloat16>(a, stream) : launch_stream_m34<T, __half>(a, stream);
+    return xt == DType::BF16 ? launch_stream_m24<T, __nv_bfloat16>(a, stream) : launch_stream_m24<T, __half>(a, stream);
   return launch_stream_dense<T, 8>(a, xt, stream);
 }
 // prep_kernel: the records of ga's M tokens into `scratch` (Prep<T>'s layout: B part, then sigma / beta).
