@@ -13,7 +13,9 @@ the weights are exact in every scheme, so the error is the activations' alone. P
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,15 +31,18 @@ PROMPT = ("The history of the printing press begins in the fifteenth century, wh
           "screw press with movable metal type. Explain, step by step, why this mattered for science.")
 
 
-def pow2_int16(x: np.ndarray, group: int) -> np.ndarray:
-    """x rounded as the int8 kernels' records hold it: a power-of-two sigma a group with the group's max / sigma in
-    [2^14, 2^15), x / sigma to the nearest integer (2^15 clamped to 2^15 - 1), times sigma."""
-    g = x.reshape(*x.shape[:-1], -1, group)
-    amax = np.abs(g).max(axis=-1, keepdims=True)
-    e = np.floor(np.log2(np.where(amax > 0, amax, 1.0)))
-    sigma = np.exp2(e - 14)
-    q = np.minimum(np.rint(g / sigma), 32767)
-    return (q * sigma).reshape(x.shape)
+def _host_check():
+    """The kernels' host check (kernels-src/gguf_kernels/tests/fast_host_check.py), by its path."""
+    path = Path(__file__).resolve().parents[1] / "kernels-src" / "gguf_kernels" / "tests" / "fast_host_check.py"
+    spec = importlib.util.spec_from_file_location("fast_host_check", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# x rounded as the int8 kernels' records hold it (int16 a run of n elements against a power-of-two sigma): the host
+# check's model of Prep::group_i8
+group_rounded = _host_check().group_rounded
 
 
 def q8_1(x: np.ndarray) -> np.ndarray:
@@ -48,8 +53,8 @@ def q8_1(x: np.ndarray) -> np.ndarray:
     return (q * d).reshape(x.shape)
 
 
-SCHEMES = {"int16 a 32 (kernels now)": lambda x: pow2_int16(x, 32),
-           "int16 a 256 (block sigma)": lambda x: pow2_int16(x, 256),
+SCHEMES = {"int16 a 32 (kernels now)": lambda x: group_rounded(x, 32),
+           "int16 a 256 (block sigma)": lambda x: group_rounded(x, 256),
            "int8 a 32 (llama.cpp q8_1)": q8_1}
 
 
