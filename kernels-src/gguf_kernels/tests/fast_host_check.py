@@ -62,14 +62,14 @@ def report(label, rc, out, x, w):
 
 def check_stream(lib, name, packed, w, K, x, R, label, ctas=0, wpc=0, exp8=False):
     """fast_matmul_stream (ctas > 0: its split launch; exp8: the MT = 8 form in EXP's slot order)
-    against gguf-py (IQ4_XS: on the activations as its int8 records round them)."""
+    against gguf-py, on x as the records hold it."""
     M = x.shape[0]
     out = np.full((M, R), np.nan, np.float32)
     rc = lib.fast_matmul_stream(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
                                 ctypes.c_longlong(packed.shape[1]), K,
                                 np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
                                 M, out.ctypes.data_as(ctypes.c_void_p), ctas, wpc, int(exp8))
-    return report(label, rc, out, group_rounded(x) if name == "IQ4_XS" else x, w)
+    return report(label, rc, out, records_x(name, x), w)
 
 
 def group_rounded(x, n=32):
@@ -82,14 +82,20 @@ def group_rounded(x, n=32):
     return (np.minimum(np.rint(xb / sigma), 32767) * sigma).reshape(np.shape(x))
 
 
-def check_m1(entry, name, packed, w, K, x, R, label, x_ref=None):
-    """A one-token host model (fast_matmul_stream_one, fast_matmul_stream_flat[_ragged]) against gguf-py (x_ref:
-    the activations as the model's records round them, where that is coarser than fp32)."""
+def records_x(name, x, n=32):
+    """x as the type's records hold it: IQ4_XS's int8 records round it to int16 a run of n (group_rounded), the
+    others' fp16 records keep it to fp32's rounding."""
+    return group_rounded(x, n) if name == "IQ4_XS" else x
+
+
+def check_m1(entry, name, packed, w, K, x, R, label):
+    """A one-token host model (fast_matmul_stream_one, fast_matmul_stream_flat[_ragged]) against gguf-py, on x as the
+    records hold it."""
     out = np.full((1, R), np.nan, np.float32)
     rc = entry(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R, ctypes.c_longlong(packed.shape[1]), K,
                np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
                out.ctypes.data_as(ctypes.c_void_p))
-    return report(label, rc, out, x if x_ref is None else x_ref, w)
+    return report(label, rc, out, records_x(name, x), w)
 
 
 def main():
@@ -111,9 +117,8 @@ def main():
                                          ctypes.c_longlong(packed.shape[1]), K,
                                          np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p), M,
                                          out.ctypes.data_as(ctypes.c_void_p), U, f16)
-                    # (IQ4_XS's int8 records: against the activations as they round them, x / sigma to int16 a group)
-                    x_ref = group_rounded(x) if name == "IQ4_XS" and not f16 else x
-                    bad += not report(f"{name:7s} K={K:5d} M={M} U={U}{' f16' if f16 else ''}", rc, out, x_ref, w)
+                    bad += not report(f"{name:7s} K={K:5d} M={M} U={U}{' f16' if f16 else ''}", rc, out,
+                                      x if f16 else records_x(name, x), w)
     # gemv_stream_kernel's dense path (MT = 1, 2, 4, 8 tokens): odd R (a short last unit for every MT),
     # one stage, several stages, and a short last stage for every MT < 8 (11 chunks; Q6_K: stages
     # 0, 4, 8 and 12 bytes past a 16-byte boundary). Then ragged rows (M = 1 only): not a multiple of
@@ -159,9 +164,8 @@ def main():
         for K in {"Q6_K": [2048, 6144], "IQ4_XS": [2048, 5632], "MXFP4": [2048, 5632]}.get(name, [1024, 2816, 4096]):
             R = 37
             packed, w = random_rows(name, R, K, rng)
-            x = wide_x(rng, 1, K)
-            bad += not check_m1(lib.fast_matmul_stream_one, name, packed, w, K, x, R, f"{name:7s} K={K:5d} M=1 one",
-                                group_rounded(x) if name == "IQ4_XS" else None)
+            bad += not check_m1(lib.fast_matmul_stream_one, name, packed, w, K, wide_x(rng, 1, K), R,
+                                f"{name:7s} K={K:5d} M=1 one")
     # MoE pairs on flat items (gemv_stream_kernel's FLAT): rows of 1..4 items (Q6_K: super-blocks, rows of
     # 210 .. 840 bytes, every other one 2 bytes off 4-byte alignment), two units of rows each
     for name in TYPES:
@@ -169,9 +173,8 @@ def main():
         for n in (1, 2, 3, 4):
             K, R = n * ie, 2 * 16 // (n & -n)  # two units of flat_rows(n)
             packed, w = random_rows(name, R, K, rng)
-            x = wide_x(rng, 1, K)
-            bad += not check_m1(lib.fast_matmul_stream_flat, name, packed, w, K, x, R,
-                                f"{name:7s} K={K:5d} M=1 flat, {n} items", group_rounded(x) if name == "IQ4_XS" else None)
+            bad += not check_m1(lib.fast_matmul_stream_flat, name, packed, w, K, wide_x(rng, 1, K), R,
+                                f"{name:7s} K={K:5d} M=1 flat, {n} items")
     # ragged flat items (MXFP4 rows of 4k + 2 bytes, v37): rows of 1, 3, 4, 6 and 8 chunks, the last one
     # short (K = 2880: gpt-oss, 6 items, 8 rows a unit), two units (K = 2880: three)
     for K in (64, 1088, 1600, 2880, 3904):
