@@ -8,8 +8,9 @@
 # values, e.g. GGUF_KERNELS_PDL=0: whether a difference between the trees lives in the dependent launch);
 # AB_ARGS2="--moe-only --ms 1,8" then times a second set of bench_matmul args the same way, on the same
 # builds (labels mA1, mB1, ...), with the settings AB_ENV2 where given; AB_TESTS="tests/x.py::test_a ..."
-# (AB_K: a -k expression for them) then runs those tests on A's build, and again under memcheck (its table to
-# $OUT/sanitize.md; printed: its first line and the "all" row). The rows
+# (AB_K: a -k expression for them) runs those tests on A's build, and again under memcheck (its table to
+# $OUT/sanitize.md; printed: its first line and the "all" row), before the timing: a call that runs out of
+# time keeps its verdict. The rows
 # of every run go to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's
 # own table and log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool brings back only
 # ~8 files (session 39 lost a tree's tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice)
@@ -39,12 +40,6 @@ rounds() {  # rounds PREFIX SETTINGS: the trees A B [C] AB_ROUNDS times, then ea
   done
 }
 ARGS=("$@")
-rounds "" "$AB_ENV" | tee "$OUTD/ab.txt"
-if [ -n "$AB_ARGS2" ]; then
-  read -r -a ARGS <<< "$AB_ARGS2"
-  rounds m "${AB_ENV2-$AB_ENV}" | tee "$OUTD/ab2.txt"
-fi
-el "timing done"
 if [ -n "$AB_TESTS" ]; then
   K=(); [ -n "$AB_K" ] && K=(-k "$AB_K")
   GGUF_QUANT_KERNELS=/tmp/ka timeout 300 python3 -m pytest $AB_TESTS "${K[@]}" -q -p no:cacheprovider 2>&1 | tail -3
@@ -53,3 +48,9 @@ if [ -n "$AB_TESTS" ]; then
     -- $AB_TESTS "${K[@]}" 2>&1 | tee "$OUTD/sanitize.md" | grep -E "^\| all |^[a-z]+: " || tail -5 "$OUTD/sanitize.md"
   el "memcheck done"
 fi
+rounds "" "$AB_ENV" | tee "$OUTD/ab.txt"
+if [ -n "$AB_ARGS2" ]; then
+  read -r -a ARGS <<< "$AB_ARGS2"
+  rounds m "${AB_ENV2-$AB_ENV}" | tee "$OUTD/ab2.txt"
+fi
+el "timing done"
