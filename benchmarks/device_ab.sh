@@ -8,11 +8,10 @@
 # values, e.g. GGUF_KERNELS_PDL=0: whether a difference between the trees lives in the dependent launch);
 # AB_ARGS2="--moe-only --ms 1,8" then times a second set of bench_matmul args the same way, on the same
 # builds (labels mA1, mB1, ...), with the settings AB_ENV2 where given; AB_TESTS="tests/x.py::test_a ..."
-# (AB_K: a -k expression for them) runs those tests on A's build, and again under memcheck (its table to
-# $OUT/sanitize.md; printed: its first line and the "all" row), before the timing: a call that runs out of
-# time keeps its verdict. The rows
-# of every run go to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's
-# own table and log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool brings back only
+# (AB_K: a -k expression for them) runs those tests on A's build (failures with their reasons to
+# $OUT/tests.txt) and again under memcheck (its table to $OUT/sanitize.md; printed: its first line and the
+# "all" row), before the timing: a call that runs out of time keeps its verdict. The rows of every run go
+# to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's own table and log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool brings back only
 # ~8 files (session 39 lost a tree's tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice)
 # sweeps knobs: two rows a setting; BASE=none builds and times this tree alone (a knob sweep at half the
 # runs: one row a setting, the default AB_ROUNDS times, default 2, for its spread).
@@ -42,7 +41,11 @@ rounds() {  # rounds PREFIX SETTINGS: the trees A B [C] AB_ROUNDS times, then ea
 ARGS=("$@")
 if [ -n "$AB_TESTS" ]; then
   K=(); [ -n "$AB_K" ] && K=(-k "$AB_K")
-  GGUF_QUANT_KERNELS=/tmp/ka timeout 300 python3 -m pytest $AB_TESTS "${K[@]}" -q -p no:cacheprovider 2>&1 | tail -3
+  # the failures' one-line reasons to $OUT/tests.txt: the timing's tables push the console's lines out of the
+  # tail the device tool returns (session 72 got the failing tests' names from memcheck's table, not why)
+  GGUF_QUANT_KERNELS=/tmp/ka timeout 300 python3 -m pytest $AB_TESTS "${K[@]}" -q -rfE -p no:cacheprovider \
+    > "$LOGD/tests.log" 2>&1
+  grep -E "^(FAILED|ERROR) |[0-9]+ (passed|failed)" "$LOGD/tests.log" | tee "$OUTD/tests.txt" | tail -8
   el "tests done"
   GGUF_QUANT_KERNELS=/tmp/ka python3 benchmarks/sanitize_suite.py --shards 8 --timeout 300 --logs $LOGD/sanitize \
     -- $AB_TESTS "${K[@]}" 2>&1 | tee "$OUTD/sanitize.md" | grep -E "^\| all |^[a-z]+: " || tail -5 "$OUTD/sanitize.md"
