@@ -6,15 +6,16 @@
 # BASE=DIR picks B's tree; BASE2=DIR adds a third tree (C, run A, B, C, A, B, C), e.g. another value of
 # a compile-time constant; AB_ENV="VAR=value ..." adds rows of each tree with each setting (a knob's other
 # values, e.g. GGUF_KERNELS_PDL=0: whether a difference between the trees lives in the dependent launch);
-# AB_ARGS2="--moe-only --ms 1,8" then times a second set of bench_matmul args the same way, on the same
-# builds (labels mA1, mB1, ...), with the settings AB_ENV2 where given; AB_TESTS="tests/x.py::test_a ..."
-# (AB_K: a -k expression for them) runs those tests on A's build (failures with their reasons to
-# $OUT/tests.txt) and again under memcheck (its table to $OUT/sanitize.md; printed: its first line and the
-# "all" row), before the timing: a call that runs out of time keeps its verdict. The rows of every run go
-# to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's own table and log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool brings back only
-# ~8 files (session 39 lost a tree's tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice)
-# sweeps knobs: two rows a setting; BASE=none builds and times this tree alone (a knob sweep at half the
-# runs: one row a setting, the default AB_ROUNDS times, default 2, for its spread).
+# AB_ARGS2="--moe-only --ms 1,8" then times a second set of bench_matmul args the same way, on the same builds
+# (labels mA1, mB1, ...), with the settings AB_ENV2 where given; AB_TESTS="tests/x.py::test_a ..." (AB_K: a -k
+# expression for them) runs those tests on A's build (failures with their reasons to $OUT/tests.txt) and again
+# under memcheck (its table to $OUT/sanitize.md; printed: its first line and the "all" row), before the
+# timing: a call that runs out of time keeps its verdict. The rows of every run go to $OUT/ab.txt (and
+# ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's own table and log, and the memcheck
+# shards', stay in /tmp/ab_logs, since the device tool brings back only ~8 files (session 39 lost a tree's
+# tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice) sweeps knobs: two rows a setting;
+# BASE=none builds and times this tree alone (a knob sweep at half the runs: one row a setting, the default
+# AB_ROUNDS times, default 2, for its spread).
 set -o pipefail
 OUTD=${OUT:-/tmp/gguf_out}; LOGD=/tmp/ab_logs; mkdir -p "$OUTD" "$LOGD"
 source benchmarks/device_setup.sh
