@@ -35,8 +35,9 @@ DENSE_SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096), (4096, 1024), (4096,
 MS = [1, 2, 4, 8, 16, 32, 64, 512, 2048]  # ANCHORS.md's M, and 32 (the tile kernel's upper end)
 TYPES = ["Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q8_0", "MXFP4", "IQ4_XS"]
 # (name, K, N, experts, top_k, types, x rows): Q4_K_M files keep Qwen3-MoE's expert down projections in
-# Q4_K or Q6_K; IQ4_XS files keep every expert in IQ4_XS. x rows as the model gives them: the gate projections one a token, shared by its top_k
-# pairs (x [T, K]); the down projection one a pair, each slot's own gate output (x [T, top_k, K]).
+# Q4_K or Q6_K; IQ4_XS files keep every expert in IQ4_XS. x rows as the model gives them: the gate
+# projections one a token, shared by its top_k pairs (x [T, K]); the down projection one a pair, each
+# slot's own gate output (x [T, top_k, K]).
 MOE_SHAPES = [("qwen3-30b-a3b gate", 2048, 768, 128, 8, ["Q4_K", "Q8_0", "IQ4_XS"], "token"),
               ("qwen3-30b-a3b down", 768, 2048, 128, 8, ["Q4_K", "Q6_K", "IQ4_XS"], "pair"),
               ("gpt-oss-20b gate", 2880, 2880, 32, 4, ["MXFP4"], "token")]
