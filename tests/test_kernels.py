@@ -460,6 +460,23 @@ def test_matmul_stream_q6k_full_sm(rng):
     check_matmul("Q6_K", 1, 4096, 4096, rng)
 
 
+@pytest.mark.parametrize("M", [1, 2, 4, 8, 16])
+def test_matmul_iq4xs_block_sums_extremes(M, rng):
+    """IQ4_XS's integer sums of a 256-weight block (NOTES.md v109) at their bounds: every block's codes all -127 or
+    all 113 and its sub-block scales all -32 or 31, every activation its block's largest (3.984375: x / sigma =
+    32640, the high byte 127, no rounding), through the form each M takes (ONE at 1, the plain launches and the K
+    split at 2..8, the tile kernel at 16), against the dequantized weights: a sum past int32 would show as O(1)."""
+    N, K = 4096, 4096
+    blocks = random_blocks("IQ4_XS", (N,), K, rng).reshape(N, K // 256, 136)
+    pick = rng.choice(np.array([0x00, 0xFF], np.uint8), size=(N, K // 256, 2))
+    blocks[:, :, 2:8] = pick[:, :, :1]  # scales_h (2 bits a sub-block), scales_l (4)
+    blocks[:, :, 8:] = pick[:, :, 1:]  # every nibble 0 or 15
+    packed = torch.from_numpy(np.ascontiguousarray(blocks.reshape(N, -1))).to(DEV)
+    x = torch.full((M, K), 3.984375, device=DEV, dtype=torch.bfloat16)
+    err = rel_err(KMOD.matmul(x, packed, qid("IQ4_XS")), x.double() @ ref_dequant(packed, "IQ4_XS").double().T)
+    assert err <= TOL[torch.bfloat16], f"M={M}: rel err {err:.2e}"
+
+
 @pytest.mark.parametrize("M", [9, 16, 17, 32])
 @pytest.mark.parametrize("name", ["Q4_0", "IQ4_XS", "MXFP4"])
 def test_matmul_tile_fast(name, M, rng):

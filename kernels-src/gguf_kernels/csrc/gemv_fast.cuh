@@ -128,11 +128,12 @@ GQ_HD uint32_t prmt_sx(uint32_t a, uint32_t b, uint32_t s) {
   return r;
 #endif
 }
-// IQ4_XS as two 8-entry byte tables (v98): P = kvalues_iq4nl + 255 of codes 0..7 (every byte >= 0x80),
-// Q = kvalues_iq4nl of codes 8..15 (every byte < 0x80). Looked up by a code's nibble as it is, P gives its
-// entry for codes 0..7 and, sign-replicated, 0xFF for 8..15; Q by the nibble with bit 3 flipped gives its
-// entry for 8..15 and 0x00 for 0..7. So P + Q is kvalues + 255 for every code, with no select between halves.
-constexpr uint32_t IQ4P_T0 = 0xBEAC9780u, IQ4P_T1 = 0xF5E9DCCEu, IQ4Q_T0 = 0x26190D01u, IQ4Q_T1 = 0x71594535u;
+// IQ4_XS as two 8-entry tables of int8 (v98, v109): P = kvalues_iq4nl of codes 0..7 (every one negative), Q =
+// kvalues_iq4nl + 1 of codes 8..15 (every one positive). Looked up by a code's nibble as it is, P gives its entry
+// for codes 0..7 and, sign-replicated, 0xFF (-1) for 8..15; Q by the nibble with bit 3 flipped gives its entry for
+// 8..15 and 0x00 for 0..7. So P + Q is kvalues itself for every code (as s8), with no select between halves and no
+// offset to remove (v98's tables gave kvalues + 255 as u8).
+constexpr uint32_t IQ4P_T0 = 0xBFAD9881u, IQ4P_T1 = 0xF6EADDCFu, IQ4Q_T0 = 0x271A0E02u, IQ4Q_T1 = 0x725A4636u;
 
 // ---- per-type layout ----------------------------------------------------------------------------
 // CE: elements per chunk per row; CB: bytes per chunk per row; RS: shared-memory row stride;
@@ -256,12 +257,12 @@ template <> struct FT<MXFP4> {
 // sub-block holds elements 4c + i (low nibbles) and 16 + 4c + i (high) of it. Two forms (chunk<I8>):
 // - fp16 pairs (lut_pairs; the tile kernel, whose 2-4 token groups a decode would each convert from int):
 //   `slot`, Z = 128;
-// - int8 (v98, `fast_i8`: mma.m16n8k32 u8 x {s8, u8}; the stream kernels and gemv_fast_kernel): P and Q
+// - int8 (v98, `fast_i8`: mma.m16n8k32 s8 x {s8, u8}; the stream kernels and gemv_fast_kernel): P and Q
 //   fragments, whose bytes keep the nibbles' order, so byte j of the A register for mma k = 4c + j (+ 16) is
-//   element 16 (j & 1) + 4c + j / 2 (+ 2): `elem`, Z8 = 255 (P + Q = kvalues + 255).
+//   element 16 (j & 1) + 4c + j / 2 (+ 2): `elem` (P + Q = kvalues).
 template <> struct FT<IQ4_XS> {
   static constexpr bool OK = true, HAS_MIN = false, MIS = false;
-  static constexpr int CE = 512, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 128, Z8 = 255;
+  static constexpr int CE = 512, CB = 272, RS = 272, GS = 32, STEPS = 2, Z = 128, BB = 136, BG = 8;  // BB, BG: a block's bytes, groups
   static GQ_HD int slot(int, int st, int c, int k, bool& d16) {
     d16 = false;
     return 4 * c + 16 * (k & 1) + (k >> 1) + 2 * st;
@@ -282,11 +283,32 @@ template <> struct FT<IQ4_XS> {
   static GQ_HD float sub_scale(const uint32_t (&ls)[2], int ib) {
     return as_float(perm(ls[ib & 1], 0x4B000000u, 0x7540u | (uint32_t)(ib >> 1))) - 8388640.0f;
   }
+  // v109's integer epilogues, ls - 32 of a sub-block as an int:
+  // - the forms that keep both rows' products (MT = 1, 2, 4, 8): the block's scales as sub_scales orders them, each
+  //   byte ls - 32 as int8 (ls in [0, 63]: the bias per byte with no carry between bytes), one PRMT a sub-block
+  //   (sign-extended); with the kept element picked once a block, 1-4% fewer instructions a stage than a shift,
+  //   mask and subtract and a pick a group;
+  // - the ONE forms (one kept row, half the groups): the raw scales of the block's sub-blocks of the lane's parity
+  //   par (byte j: sub-block 2j + par's), shift, mask and subtract (1-1.5% fewer there than the bias and PRMT)
+  static GQ_HD void sub_scales_s8(const uint8_t* b, uint32_t (&ls)[2]) {
+    sub_scales(b, ls);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) ls[k] = ((ls[k] | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
+  }
+  static GQ_HD int sub_scale_int(uint32_t w, int j) {  // byte j (a constant after unrolling) of such a word
+    return (int)prmt_sx(w, 0u, (uint32_t)j | (uint32_t)(j | 8) * 0x1110u);
+  }
+  static GQ_HD uint32_t sub_scales_of(const uint8_t* b, int par) {
+    uint32_t ls[2];
+    sub_scales(b, ls);
+    return par ? ls[1] : ls[0];
+  }
+  static GQ_HD int sub_scale_raw(uint32_t w, int j) { return (int)((w >> (8 * j)) & 0xFFu) - 32; }
   template <bool I8 = true, class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
-      const uint8_t* b = rg + 136 * s;
-      const uint8_t* b8 = rg8 + 136 * s;
+      const uint8_t* b = rg + BB * s;
+      const uint8_t* b8 = rg8 + BB * s;
       uint32_t ls[2], ls8[2];
       sub_scales(b, ls);
       sub_scales(b8, ls8);
@@ -499,7 +521,7 @@ template <int T> struct Prep {
   // the tile kernel's)
   template <bool SWZ = false, bool I8 = fast_i8<T>()>
   static GQ_HD void group(const float* xv, int G, int t, int M, uint8_t* xb, uint8_t* xs) {
-    if constexpr (I8) group_i8(xv, G, t, M, xb, xs);
+    if constexpr (I8) group_i8(xv, G, t, M, xb, xs, group_amax(xv));
     else group_f16<SWZ>(xv, G, t, M, xb, xs);
   }
   // sigma = 2^(E - P) for amax's exponent E, so that amax / sigma is in [2^P, 2^(P + 1)); inv = 1 / sigma
@@ -511,16 +533,14 @@ template <int T> struct Prep {
   }
   // fast_i8 (v98): x / sigma rounded to int16 (|x| / sigma < 2^15; 2^15 itself, from rounding up, taken as
   // 2^15 - 1), as its high byte (s8) and low byte (u8). Lane slot c's words: the high plane's b0 (mma k 4c + j)
-  // and b1 (16 + 4c + j), then the low plane's. The products' offset, Z8 = 255 a code (P + Q), is removed with
-  // the rounded values' own sum, so that it cancels exactly.
-  static GQ_HD void group_i8(const float* xv, int G, int t, int M, uint8_t* xb, uint8_t* xs) {
-    float am[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int e = 0; e < L::GS; ++e) am[e & 3] = fmaxf(am[e & 3], fabsf(xv[e]));
+  // and b1 (16 + 4c + j), then the low plane's. P + Q is kvalues itself, so the products carry no offset and the
+  // {sigma, -beta} record is {sigma, 0}. amax: the group's largest |x|, or its 256-element block's (v109's block
+  // form, StreamRecs::group_blk, for every stream form but MoE's ONE and flat items: one sigma a block, whose
+  // products then add as integers)
+  static GQ_HD void group_i8(const float* xv, int G, int t, int M, uint8_t* xb, uint8_t* xs, float amax) {
     float sigma, inv;
-    pow2_scale<14>(fmaxf(fmaxf(am[0], am[1]), fmaxf(am[2], am[3])), sigma, inv);
+    pow2_scale<14>(amax, sigma, inv);
     uint32_t* rec = reinterpret_cast<uint32_t*>(xb + ((size_t)G * M + t) * BREC);
-    int Sq = 0;
 #pragma unroll
     for (int c = 0; c < 4; ++c)
 #pragma unroll
@@ -529,7 +549,6 @@ template <int T> struct Prep {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int r = (int)rintf(xv[L::elem(c, reg, j)] * inv), q = r > 32767 ? 32767 : r;
-          Sq += q;
           hi |= ((uint32_t)(q >> 8) & 0xFFu) << (8 * j);
           lo |= ((uint32_t)q & 0xFFu) << (8 * j);
         }
@@ -538,8 +557,15 @@ template <int T> struct Prep {
       }
     float* sb = reinterpret_cast<float*>(xs + (size_t)G * gr(M));
     sb[2 * t] = sigma;
-    sb[2 * t + 1] = -(float)(L::Z8 * Sq) * sigma;
+    sb[2 * t + 1] = 0.f;
     if ((M & 1) && t == M - 1) sb[2 * t + 2] = sb[2 * t + 3] = 0.f;  // the pad token of the last pair
+  }
+  // The largest |x| of a group (four independent chains)
+  static GQ_HD float group_amax(const float* xv) {
+    float am[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int e = 0; e < L::GS; ++e) am[e & 3] = fmaxf(am[e & 3], fabsf(xv[e]));
+    return fmaxf(fmaxf(am[0], am[1]), fmaxf(am[2], am[3]));
   }
   template <bool SWZ = false>
   static GQ_HD void group_f16(const float* xv, int G, int t, int M, uint8_t* xb, uint8_t* xs) {
@@ -634,6 +660,11 @@ template <int T> struct StreamRecs {
   static GQ_HD void group(const float* xv, int G, int K, uint8_t* recs) {
     const int ch = G / GPC;
     Prep<T>::template group<SWZ>(xv, G, 0, 1, recs + ch * BREC, recs + (size_t)chunks(K) * bstride() + ch * 16);
+  }
+  // Group G's records in fast_i8's block form (v109; amax_blk its 256-element block's largest |x|)
+  static GQ_HD void group_blk(const float* xv, float amax_blk, int G, int K, uint8_t* recs) {
+    const int ch = G / GPC;
+    Prep<T>::group_i8(xv, G, 0, 1, recs + ch * BREC, recs + (size_t)chunks(K) * bstride() + ch * 16, amax_blk);
   }
 };
 

@@ -179,11 +179,11 @@ __device__ __forceinline__ void mma16816_z(float (&d)[4], const uint32_t (&a)[4]
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
 }
 
-// d += a b, mma.m16n8k32 with u8 A and s8 (SB) or u8 B, int32 accumulators.
+// d += a b, mma.m16n8k32 with s8 A and s8 (SB) or u8 B, int32 accumulators.
 template <bool SB>
 __device__ __forceinline__ void imma16832(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
 #define GQ_IMMA16832(BT) \
-  "mma.sync.aligned.m16n8k32.row.col.s32.u8." BT ".s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+  "mma.sync.aligned.m16n8k32.row.col.s32.s8." BT ".s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
   if constexpr (SB)
     asm volatile(GQ_IMMA16832("s8") : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -194,7 +194,8 @@ __device__ __forceinline__ void imma16832(int (&d)[4], const uint32_t (&a)[4], u
 }
 // A group's int8 products (fast_i8, v98): one m16n8k32 of A[0] (P) and A[1] (Q) against the activations' high
 // bytes b0, b1 (dh) and low bytes b2, b3 (dl), in the fragment layout of m16n8k16's accumulators; the products are
-// 256 dh + dl, exact in int32 (|dh| <= 32 x 368 x 128, dl <= 32 x 368 x 255: each under 2^22, the sum under 2^29).
+// 256 dh + dl, exact in int32 (P + Q = kvalues, |kv| <= 127: |dh| <= 32 x 127 x 128, |dl| <= 32 x 127 x 255, each
+// under 2^20, the sum under 2^28).
 __device__ __forceinline__ void group_imma(int (&dh)[4], int (&dl)[4], const uint32_t (&A)[2][4],
                                            const uint32_t (&b)[4]) {
 #pragma unroll

@@ -39,6 +39,30 @@ GQ_HD constexpr size_t stream_recs_end(size_t rec_bytes, bool bulk) {
 }
 constexpr size_t kStageBarBytes = 8;
 
+// v109 (IBLK): a lane's NV kept products of one 256-element block of an int8 type (records in the block form: one
+// sigma a block), summed as integers, D (ls - 32) per plane (|.| under 2^29: 8 groups of |D_hi| <= 32 x 127 x 128 and
+// |D_lo| <= 32 x 127 x 255, ls - 32 in [-32, 31]), then converted once a block: 256 D_hi + D_lo as float
+template <int NV>
+struct BlockSums {
+  int h[NV] = {}, l[NV] = {};
+  __device__ __forceinline__ void add(int i, int dh, int dl, int ls) {
+    h[i] += dh * ls;
+    l[i] += dl * ls;
+  }
+  __device__ __forceinline__ float take(int i) {  // (and zero for the next block)
+    const float v = fmaf(256.f, group_f(h[i]), group_f(l[i]));
+    h[i] = l[i] = 0;
+    return v;
+  }
+  // i1's where `second`, else i0's (both zeroed): the lane's kept one picked once a block, not each group
+  __device__ __forceinline__ float take(int i0, int i1, bool second) {
+    h[i0] = second ? h[i1] : h[i0];
+    l[i0] = second ? l[i1] : l[i0];
+    h[i1] = l[i1] = 0;
+    return take(i0);
+  }
+};
+
 // The kept lanes' epilogue of a run of DEF groups (gemv_stream_kernel, MT < 8): e = the kept D values,
 // f = the groups' scales (rows rho, rho + MT), h = their mins; sp = the run's first {sigma, -beta[, S]}.
 template <int DEF, bool HAS_MIN>
@@ -151,6 +175,10 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   // alignment, and each row's stage is copied from the 16-byte boundary below its own start (the BULK forms: a 1-D
   // bulk copy a row, which no tensor map spans), so its chunks sit at its own offset in its slot
   static_assert(!MR || (FT<T>::MIS && !MOE && !RAG && !FLAT && (KS || MT == 2)), "MR: dense Q6_K, MT = 2 or the K split");
+  // IBLK (NOTES.md v109): an int8 type's forms add each block's kept products as integers, on records in the block
+  // form (StreamRecs::group_blk: one sigma a 256-element block); but MoE's ONE, which keeps a sigma a group (its
+  // integer pick spills 114-158 bytes with MoE's registers)
+  constexpr bool IBLK = fast_i8<T>() && !(MOE && ONE && MT == 2);
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
   const int RS = stream_rs<T, MT, RAG>(), STAGE = FLAT ? 16 * FSB : RPU * RS;
   const int GR = Prep<T>::gr(1);
@@ -268,7 +296,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   const auto x_src = [&](int G, bool& in) {
     int xr, Gl;
     split_group(G, xr, Gl);
-    in = (MOE || xr < a.M) && Gl < nG;
+    in = (MOE || xr < a.M) && Gl < nG && (!IBLK || G < nxl * nGp);  // (IBLK: whole warps past the last row's group)
     return reinterpret_cast<const uint4*>(x + xr * a.x_stride + (int64_t)Gl * L::GS);
   };
   const auto load_from = [&](const uint4* p, bool in, uint4 (&r)[L::GS / 8]) {
@@ -283,6 +311,17 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   const auto raw_floats = [&](const uint4 (&r)[L::GS / 8], float (&v)[L::GS]) {
 #pragma unroll
     for (int i = 0; i < L::GS / 8; ++i) piece_floats<XT>(r[i], v + 8 * i);
+  };
+  // IBLK: group G's records in the block form, its block's largest |x| over the block's 8 groups on 8 adjacent
+  // threads (blockDim and a row's padded groups both multiples of 8; the loops run whole warps, G past the last
+  // storing nothing)
+  const auto block_group = [&](const float (&v)[L::GS], int G, int Gl, uint8_t* xrecs) {
+    if constexpr (IBLK) {  // (its body instantiated for every type)
+      float am = Prep<T>::group_amax(v);
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1) am = fmaxf(am, __shfl_xor_sync(0xFFFFFFFFu, am, o));
+      if (G < nxl * nGp) R::group_blk(v, am, Gl, K, xrecs);
+    }
   };
   // unit u's first weight row (rows past N are read as row N - 1 and not stored)
   const auto rows_of = [&](int u) {
@@ -444,7 +483,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   // before the wait; nor was an L2 prefetch of each warp's first stages by the copy engine (v25: 3-5%
   // slower matmul after matmul, where the previous kernel's tail still uses the bandwidth). The M = 1
   // forms compute their first x group's address before it (v59c).
-  const bool has0 = threadIdx.x < nxl * nGp;  // the thread's first group
+  // the thread's first group (IBLK: every thread, a group past the last read as zeros, for the shuffles)
+  const bool has0 = IBLK || threadIdx.x < nxl * nGp;
   bool in0 = false;
   const uint4* p0 = nullptr;
   if constexpr (MT == 1) {
@@ -537,19 +577,22 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   if constexpr (MT == 8) {
     // 8 tokens' records, about 5 groups a thread at 7 warps: each group's x asked for an iteration
     // ahead (M = 8 4096 -> 14336: -2..-3%, NOTES.md v13)
-    for (int G = threadIdx.x; G < nxl * nGp; G += blockDim.x) {
+    // (IBLK: whole warps, as below)
+    for (int G = threadIdx.x; (IBLK ? G - lane : G) < nxl * nGp; G += blockDim.x) {
       uint4 rn[L::GS / 8];
-      if (G + (int)blockDim.x < nxl * nGp) load_raw(G + blockDim.x, rn);
+      if (IBLK || G + (int)blockDim.x < nxl * nGp) load_raw(G + blockDim.x, rn);
       float v[L::GS];
       raw_floats(r0, v);
       int xr, Gl;
       split_group(G, xr, Gl);
-      R::template group<R::SWZ8>(v, Gl, K, recs + rec_off(xr));
+      if constexpr (IBLK) block_group(v, G, Gl, recs + rec_off(xr));
+      else R::template group<R::SWZ8>(v, Gl, K, recs + rec_off(xr));
 #pragma unroll
       for (int i = 0; i < L::GS / 8; ++i) r0[i] = rn[i];
     }
   } else {
-    for (int G = threadIdx.x; G < nxl * nGp; G += blockDim.x) {
+    // (IBLK: whole warps, for the shuffles below; a group past the last reads zeros and stores nothing)
+    for (int G = threadIdx.x; (IBLK ? G - lane : G) < nxl * nGp; G += blockDim.x) {
       int xr, Gl;
       split_group(G, xr, Gl);
       float v[L::GS];
@@ -560,7 +603,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
         if (G != threadIdx.x) load_raw(G, r0);
         raw_floats(r0, v);
       }
-      R::group(v, Gl, K, recs + rec_off(xr));
+      if constexpr (IBLK) block_group(v, G, Gl, recs + rec_off(xr));
+      else R::group(v, Gl, K, recs + rec_off(xr));
     }
   }
   if (split) {
@@ -697,7 +741,46 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       brecs(q, b);
       group_mma<T>(D, A, b);
     };
-    if constexpr (MT == 8) {  // every product kept, the epilogue right after it (registers)
+    if constexpr (IBLK && !ONE) {  // v109, MT = 1, 2, 4, 8: a block's products as integers (BlockSums), scaled once a
+                                   // block; MT < 8 keeps element g & 1 of each row (token (2c + (g & 1)) / CPS), picked
+                                   // once a block
+      BlockSums<4> bs;
+      uint32_t lg[2], lg8[2];  // rows g, g + 8 (MT < 8: rho, rho + MT): the block's scales, even and odd sub-blocks
+      const uint8_t* Sp1 = Sp + (rec_off(t1) - rec_off(t0));  // MT = 8: token tok + 1's
+      const auto blk = [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
+        uint32_t b[4];
+        int dh[4], dl[4];
+        brecs(q, b);
+        group_imma(dh, dl, A, b);
+        const int j = q % L::BG, bo = L::BB * (q / L::BG);
+        if (j == 0) {
+          L::sub_scales_s8(rg + bo, lg);
+          L::sub_scales_s8(rg8 + bo, lg8);
+        }
+        const int ls = L::sub_scale_int(lg[j & 1], j >> 1), ls8 = L::sub_scale_int(lg8[j & 1], j >> 1);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) bs.add(i, dh[i], dl[i], i < 2 ? ls : ls8);
+        if (j == L::BG - 1) {
+          // the rows' d times the block's sigma (token tok; MT = 8 also tok + 1)
+          const auto ds = [&](const uint8_t* row, const uint8_t* sp) {
+            return f16v(row + bo) * *reinterpret_cast<const float*>(sp + (q - j) * GR);
+          };
+          if constexpr (MT == 8) {
+            const float sc[4] = {ds(rg, Sp), ds(rg, Sp1), ds(rg8, Sp), ds(rg8, Sp1)};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[i] = fmaf(sc[i], bs.take(i), acc[i]);
+          } else {
+            const float v0 = bs.take(0, 1, g & 1), v1 = bs.take(2, 3, g & 1);
+            if (keep && live) {
+              acc[0] = fmaf(ds(rg, Sp), v0, acc[0]);
+              acc[1] = fmaf(ds(rg8, Sp), v1, acc[1]);
+            }
+          }
+        }
+      };
+      if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, blk);
+      else L::chunk(rg, rg8, c, blk);
+    } else if constexpr (MT == 8) {  // every product kept, the epilogue right after it (registers)
       const auto all = [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
         float D[4];
         product(q, A, D);
@@ -719,6 +802,29 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       };
       if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, all);
       else L::chunk(rg, rg8, c, all);
+    } else if constexpr (FLAT && IBLK) {  // v109: the lane's one kept product a group (element fl.elem of its A row's
+                                          // item) as integers a block (BlockSums), scaled once a block
+      static_assert(!RAG && !L::MIS, "flat items of whole chunks");
+      const uint8_t* myc = fl.hi ? rg8 : rg;
+      const int fe = fl.elem;
+      BlockSums<1> bs;
+      uint32_t lg[2];  // the kept row's scales of the block, even and odd sub-blocks
+      L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
+        uint32_t b[4];
+        int dh[4], dl[4];
+        brecs(q, b);
+        group_imma(dh, dl, A, b);
+        const int j = q % L::BG, bo = L::BB * (q / L::BG);
+        if (j == 0) L::sub_scales_s8(myc + bo, lg);
+        const auto kept = [&](const int (&D)[4]) { return (fe & 2) ? ((fe & 1) ? D[3] : D[2]) : ((fe & 1) ? D[1] : D[0]); };
+        bs.add(0, kept(dh), kept(dl), L::sub_scale_int(lg[j & 1], j >> 1));
+        if (j == L::BG - 1) {
+          const float v = bs.take(0);
+          if (fl.kept) acc[0] = fmaf(f16v(myc + bo) * *reinterpret_cast<const float*>(Sp + (q - j) * GR), v, acc[0]);
+        }
+      });
+      if (fl.kept) itm[fl.item] = acc[0];  // the item's sum (each item is kept by one lane)
+      acc[0] = 0.f;
     } else if constexpr (FLAT) {  // every group's product, then the kept lanes' epilogue of each run of DEF
                                   // groups (as ONE below), from the scales of the lane's own A row
       constexpr int DEF = GPC > 16 ? 8 : GPC;
@@ -745,40 +851,55 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       // in runs of DEF groups as below (Q6_K's 32 a chunk: 8), which L::chunk gives in any order within
       // a run (Q6_K: its even groups first) but each run before the next; the last one's index ends it
       constexpr int DEF = GPC > 16 ? 8 : GPC;
-      float ev[DEF / 2];
       const uint8_t* myc = (one_t & 1) ? rg8 : rg;
       const bool mylive = (one_t & 1) ? live8 : live;
       // ONE1: D[2 (t & 1) + (g & 1)] (row t & 1, column g or g ^ 2, whose chunk is that row's)
       const auto pick = [&](const auto (&D)[4]) {
         return ONE1 ? ((one_t & 1) ? ((g & 1) ? D[3] : D[2]) : ((g & 1) ? D[1] : D[0])) : (one_t & 1) ? D[3] : D[0];
       };
-      L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
-        float v;
-        if constexpr (fast_i8<T>()) {  // the lane's one candidate a group converted, not all four (v105)
+      if constexpr (IBLK) {  // v109: a block's (run's) kept products as integers (BlockSums), scaled once a block
+        // (runs of a block's L::BG groups, not DEF's: a chunk of IQ4_XS is two blocks)
+        const int par = one_t >> 1;  // the lane keeps the odd group of each pair, or the even one
+        BlockSums<1> bs;
+        uint32_t lsp = 0;  // the kept row's scales of the block's groups of the lane's parity
+        L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
           uint32_t b[4];
           int dh[4], dl[4];
           brecs(q, b);
           group_imma(dh, dl, A, b);
-          if constexpr (MOE) {  // all four converted, as before v105: picking first spills 74 bytes in this form
-            float D[4];
+          const int j = q % L::BG, bo = L::BB * (q / L::BG);
+          if (j == 0) lsp = L::sub_scales_of(myc + bo, par);
+          bs.add(0, pick(dh), pick(dl), (q & 1) == par ? L::sub_scale_raw(lsp, j >> 1) : 0);  // (the other adds 0)
+          if (j == L::BG - 1) {
+            const float v = bs.take(0);
+            if (mylive) {
+              const float sig = *reinterpret_cast<const float*>(Sp + (q - j) * GR);  // the block's sigma
+              acc[0] = fmaf(f16v(myc + bo) * sig, v, acc[0]);
+            }
+          }
+        });
+      } else {
+        float ev[DEF / 2];
+        L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
+          float D[4];
+          if constexpr (fast_i8<T>()) {  // MoE pairs: all four converted (picking first spilled 74 bytes here, v105)
+            uint32_t b[4];
+            int dh[4], dl[4];
+            brecs(q, b);
+            group_imma(dh, dl, A, b);
 #pragma unroll
             for (int i = 0; i < 4; ++i) D[i] = i8_parts_f(dh[i], dl[i]);
-            v = pick(D);
           } else {
-            v = i8_parts_f(pick(dh), pick(dl));
+            product(q, A, D);
           }
-        } else {
-          float D[4];
-          product(q, A, D);
-          v = pick(D);
-        }
-        if ((q & 1) == (one_t >> 1)) ev[(q % DEF) >> 1] = v;
-        if (q % DEF == DEF - 1 && mylive) {
+          if ((q & 1) == (one_t >> 1)) ev[(q % DEF) >> 1] = pick(D);
+          if (q % DEF == DEF - 1 && mylive) {
 #pragma unroll
-          for (int j = 0; j < DEF / 2; ++j)
-            kept_group<L>(myc, Sp, q - (DEF - 1) + 2 * j + (one_t >> 1), GR, ev[j], acc[0]);
-        }
-      });
+            for (int j = 0; j < DEF / 2; ++j)
+              kept_group<L>(myc, Sp, q - (DEF - 1) + 2 * j + (one_t >> 1), GR, ev[j], acc[0]);
+          }
+        });
+      }
     } else {  // a run of DEF groups' products first, then the kept ones' epilogue (L::chunk produces the
               // groups of each run before the next run's; Q6_K's 32 groups a chunk go in runs of 8: with
               // runs of 16 its MT = 2 and 4 kernels spill ~50 bytes, with 32 the D values do not fit at all)

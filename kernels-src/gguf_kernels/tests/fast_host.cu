@@ -47,14 +47,15 @@ static void mma_model(const uint32_t (*A)[4], const uint32_t (*B)[2], float (*D)
   }
 }
 
-// D[lane][4] += A (u8) x B (s8 when sb, else u8), PTX m16n8k32 layouts: A registers 0, 2 row g, 1, 3 row
+// D[lane][4] += A (s8) x B (s8 when sb, else u8), PTX m16n8k32 layouts: A registers 0, 2 row g, 1, 3 row
 // g + 8, bytes j at k 4c + j (registers 0, 1) and 16 + 4c + j (2, 3); B registers 0, 1 column g, the same k.
 static void imma_model(const uint32_t (*A)[4], const uint32_t (*B)[2], bool sb, int64_t (*D)[4]) {
   int a[16][32], b[32][8];
   for (int lane = 0; lane < 32; ++lane) {
     const int g = lane >> 2, c = lane & 3;
     for (int r = 0; r < 4; ++r)
-      for (int j = 0; j < 4; ++j) a[g + 8 * (r & 1)][4 * c + 16 * (r >> 1) + j] = (A[lane][r] >> (8 * j)) & 0xFF;
+      for (int j = 0; j < 4; ++j)
+        a[g + 8 * (r & 1)][4 * c + 16 * (r >> 1) + j] = (int8_t)((A[lane][r] >> (8 * j)) & 0xFF);
     for (int r = 0; r < 2; ++r)
       for (int j = 0; j < 4; ++j) {
         const int v = (B[lane][r] >> (8 * j)) & 0xFF;
@@ -70,6 +71,30 @@ static void imma_model(const uint32_t (*A)[4], const uint32_t (*B)[2], bool sb, 
   }
 }
 
+// The largest |x| of the 256-element block (8 groups) that holds group G of one token's activations xt, of nG groups:
+// an int8 type's block-form records (NOTES.md v109), as the kernels' 8 record builders find it by shuffles.
+template <int T>
+static float block_amax(const float* xt, int G, int nG) {
+  float am = 0.f;
+  for (int h = G / 8 * 8; h < G / 8 * 8 + 8 && h < nG; ++h)
+    am = std::fmax(am, Prep<T>::group_amax(xt + (size_t)h * FT<T>::GS));
+  return am;
+}
+
+// One kept product's planes (dh, dl) into a block's integer sums (ah, al), by the scale ls - 32 of sub-block j of the
+// block at blk (v109's epilogues, as the kernels' BlockSums); false where a sum would not fit the kernels' int32.
+template <int T>
+static bool block_add(const uint8_t* blk, int j, int64_t dh, int64_t dl, int64_t& ah, int64_t& al) {
+  uint32_t ls[2];
+  FT<T>::sub_scales_s8(blk, ls);
+  const int sc = FT<T>::sub_scale_int(ls[j & 1], j >> 1);
+  ah += dh * sc;
+  al += dl * sc;
+  if (std::llabs(ah) < (1ll << 31) && std::llabs(al) < (1ll << 31)) return true;
+  std::fprintf(stderr, "a block's integer sum past int32\n");
+  return false;
+}
+
 struct Rec {
   uint32_t A[2][4];
   float sg, sg8, og, og8;
@@ -80,20 +105,25 @@ struct Rec {
 // recs[l * stride]), B from brec(g, c), lane (g, c)'s record words (two per step; nullptr: zeros).
 // I8 (fast_i8): A[0], A[1] the P and Q fragments of one m16n8k32, B words 0, 1 the activations' high
 // bytes and 2, 3 their low ones; D += 256 D_hi + D_lo, as the kernels' group_mma.
+// I8's two planes' products, D_hi and D_lo, as the kernels' group_imma leaves them.
+template <class BRec>
+static void imma_group(const Rec* recs, int stride, int64_t (*Dh)[4], int64_t (*Dl)[4], BRec&& brec) {
+  for (int s = 0; s < 2; ++s) {
+    uint32_t A[32][4], Bh[32][2], Bl[32][2];
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int r = 0; r < 4; ++r) A[lane][r] = recs[lane * stride].A[s][r];
+      const uint32_t* bp = reinterpret_cast<const uint32_t*>(brec(lane >> 2, lane & 3));
+      for (int r = 0; r < 2; ++r) { Bh[lane][r] = bp ? bp[r] : 0u; Bl[lane][r] = bp ? bp[2 + r] : 0u; }
+    }
+    imma_model(A, Bh, true, Dh);
+    imma_model(A, Bl, false, Dl);
+  }
+}
 template <class BRec>
 static void mma_group(const Rec* recs, int stride, int STEPS, float (*D)[4], BRec&& brec, bool I8 = false) {
   if (I8) {
     int64_t Dh[32][4] = {}, Dl[32][4] = {};
-    for (int s = 0; s < 2; ++s) {
-      uint32_t A[32][4], Bh[32][2], Bl[32][2];
-      for (int lane = 0; lane < 32; ++lane) {
-        for (int r = 0; r < 4; ++r) A[lane][r] = recs[lane * stride].A[s][r];
-        const uint32_t* bp = reinterpret_cast<const uint32_t*>(brec(lane >> 2, lane & 3));
-        for (int r = 0; r < 2; ++r) { Bh[lane][r] = bp ? bp[r] : 0u; Bl[lane][r] = bp ? bp[2 + r] : 0u; }
-      }
-      imma_model(A, Bh, true, Dh);
-      imma_model(A, Bl, false, Dl);
-    }
+    imma_group(recs, stride, Dh, Dl, brec);
     for (int lane = 0; lane < 32; ++lane)
       for (int e = 0; e < 4; ++e) D[lane][e] += fmaf(256.f, (float)Dh[lane][e], (float)Dl[lane][e]);
     return;
@@ -229,6 +259,9 @@ static int run(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M
 // exp8: the MT = 8 form whatever M, as the MoE units over hit experts (EXP) run it on one expert whose
 // rows may be ragged: stage slot j < 8 holds the unit's row 2j, slot 8 + j row 2j + 1 (slot_row: a row
 // past the unit's last read as its first, or the row before it), so D rows g, g + 8 are rows 2g, 2g + 1.
+// An int8 type (IBLK, NOTES.md v109): records in the block form, each kept (row, token)'s products of a block summed
+// as integers, D (ls - 32) per plane, then converted and scaled by d sigma once; a sum that would not fit the
+// kernel's int32 fails the run.
 template <int T>
 static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x, int M, float* out, int ctas = 0,
                       int wpc = 0, bool exp8 = false) {
@@ -244,6 +277,7 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
   const int CPS = 8 / MT, RPU = 2 * MT, RS = (CPS * L::CB + 15 + 15) / 16 * 16;
   const int nG = K / L::GS, nch = SR::chunks(K), nst = (nch + CPS - 1) / CPS;
   const size_t RB = MT == 8 ? stream_rec_stride<T, 8>(K) : stream_rec_stride<T, 1>(K);
+  const bool iblk = fast_i8<T>();
   // tokens past M have no records at all (the kernel builds none for them; their columns are never
   // stored): 0xFF, NaN as fp16 and fp32, so that a read of them reaching an output shows
   std::vector<uint8_t> recs(MT * RB, 0xFF);
@@ -252,8 +286,17 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
     for (int G = 0; G < nch * GPC; ++G) {
       const float* xg = G < nG ? x + (size_t)t * K + (size_t)G * L::GS : zeros.data();
       uint8_t* rt = recs.data() + stream_rec_off(t, RB, MT);
-      if (MT == 8) SR::template group<SR::SWZ8>(xg, G, K, rt);  // as the kernel (SWZ8 types: the stores in the rotated order)
-      else SR::group(xg, G, K, rt);
+      if constexpr (fast_i8<T>()) {
+        if (iblk) {
+          SR::group_blk(xg, block_amax<T>(x + (size_t)t * K, G, nG), G, K, rt);
+          continue;
+        }
+      }
+      if (MT == 8) {
+        SR::template group<SR::SWZ8>(xg, G, K, rt);  // as the kernel (SWZ8 types: the stores in the rotated order)
+      } else {
+        SR::group(xg, G, K, rt);
+      }
     }
   const uint8_t* srecs = recs.data() + (size_t)nch * SR::bstride();  // token 0's {sigma, -beta, ., ., S}
   std::vector<uint8_t> stage_mem(RPU * RS + 16);
@@ -277,19 +320,51 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
     }
     const auto chunk_of = [&](int g) { return c0 + (g % CPS < nlive ? g % CPS : 0); };
     std::vector<Rec> rcs(32 * GPC);
+    const uint8_t* rgs[32][2];
     for (int lane = 0; lane < 32; ++lane) {
       const int g = lane >> 2, c = lane & 3, r = g / CPS;
-      const uint8_t* rg = st + r * RS + mis[r] + (chunk_of(g) - c0) * L::CB;
-      const uint8_t* rg8 = st + (r + MT) * RS + mis[r + MT] + (chunk_of(g) - c0) * L::CB;
+      const uint8_t* rg = rgs[lane][0] = st + r * RS + mis[r] + (chunk_of(g) - c0) * L::CB;
+      const uint8_t* rg8 = rgs[lane][1] = st + (r + MT) * RS + mis[r + MT] + (chunk_of(g) - c0) * L::CB;
       if (rag) decode_chunk<T, true>(rg, rg8, c, &rcs[lane * GPC]);
       else decode_chunk<T>(rg, rg8, c, &rcs[lane * GPC]);
     }
+    int64_t ih[32][4] = {}, il[32][4] = {};  // iblk: a block's integer sums
     for (int q = 0; q < GPC; ++q) {
       float D[32][4] = {};
-      mma_group(&rcs[q], GPC, STEPS, D, [&](int g, int c) -> const uint8_t* {
+      const auto brec = [&](int g, int c) -> const uint8_t* {
         return recs.data() + stream_rec_off(g / CPS, RB, MT) + (size_t)chunk_of(g) * SR::bstride() + q * BREC +
                c * (8 * STEPS);
-      }, fast_i8<T>());
+      };
+      if constexpr (fast_i8<T>()) {
+       if (iblk) {
+        int64_t Dh[32][4] = {}, Dl[32][4] = {};
+        imma_group(&rcs[q], GPC, Dh, Dl, brec);
+        // a lane's kept products: MT = 8 all four (element i: row half i >> 1, token 2c + (i & 1)); else elements
+        // g & 1 and 2 + (g & 1) (rows rho, rho + MT), token (2c + (g & 1)) / CPS, where the chunks agree
+        const int nv = MT == 8 ? 4 : 2, j = q % L::BG;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane >> 2, c = lane & 3, kap = g % CPS;
+          const uint8_t* blk[2] = {rgs[lane][0] + L::BB * (q / L::BG), rgs[lane][1] + L::BB * (q / L::BG)};
+          for (int v = 0; v < nv; ++v) {
+            const int e = MT == 8 ? v : 2 * v + (g & 1);
+            if (!block_add<T>(blk[e >> 1], j, Dh[lane][e], Dl[lane][e], ih[lane][v], il[lane][v])) return false;
+          }
+          if (j != L::BG - 1) continue;
+          const bool kept = MT == 8 || ((2 * c) % CPS == (kap & ~1) && kap < nlive);
+          const uint8_t* Sp = srecs + (size_t)chunk_of(g) * SR::sstride() + (q - j) * GR;
+          for (int v = 0; v < nv; ++v) {
+            const int e = MT == 8 ? v : 2 * v + (g & 1), tok = MT == 8 ? 2 * c + (v & 1) : (2 * c + (g & 1)) / CPS;
+            const float sig = *reinterpret_cast<const float*>(Sp + stream_rec_off(tok, RB, MT));
+            if (kept)
+              acc[lane][v] = std::fmaf(f16v(blk[e >> 1]) * sig,
+                                       std::fmaf(256.f, (float)ih[lane][v], (float)il[lane][v]), acc[lane][v]);
+            ih[lane][v] = il[lane][v] = 0;
+          }
+        }
+        continue;
+       }
+      }
+      mma_group(&rcs[q], GPC, STEPS, D, brec, fast_i8<T>());
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane >> 2, c = lane & 3, kap = g % CPS;
         const Rec& rc = rcs[lane * GPC + q];
@@ -404,16 +479,26 @@ static int run_stream(const uint8_t* w, int R, int64_t rb, int K, const float* x
 // D[0] (t = 0, 2) or D[3] (t = 1, 3) of the even (t < 2) or odd group of each pair, scaled by
 // FT<T>::scale of its own row and group; the lane sums are xor shuffles 2, 8, 5, stored by lanes 0,
 // 16, 1, 17 (rows 0..3). Aligned rows only (K a multiple of the chunk, rows of 16-byte pieces).
+// An int8 type (IBLK, NOTES.md v109): records in the block form (StreamRecs::group_blk, each block's largest |x|),
+// and a lane's 4 kept groups of a block summed as integers, D (ls - 32) per plane, then converted and scaled by d
+// sigma once; a sum that would not fit the kernel's int32 fails the run.
 template <int T>
 static int run_stream_one(const uint8_t* w, int R, int64_t rb, int K, const float* x, float* out) {
   using L = FT<T>;
   using SR = StreamRecs<T>;
+  constexpr bool IBLK = fast_i8<T>();
   const int GPC = L::CE / L::GS, STEPS = L::STEPS, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
   if (K % L::CE || rb % 16 || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES) return 2;
   const int CPS = 4, RPU = 4, RS = (CPS * L::CB + 12 + 15) / 16 * 16;
   const int nch = SR::chunks(K), nst = (nch + CPS - 1) / CPS;
   std::vector<uint8_t> recs(SR::bytes(K), 0xCD);
-  for (int G = 0; G < nch * GPC; ++G) SR::group(x + (size_t)G * L::GS, G, K, recs.data());
+  for (int G = 0; G < nch * GPC; ++G) {
+    if constexpr (IBLK) {
+      SR::group_blk(x + (size_t)G * L::GS, block_amax<T>(x, G, K / L::GS), G, K, recs.data());
+    } else {
+      SR::group(x + (size_t)G * L::GS, G, K, recs.data());
+    }
+  }
   const uint8_t* srecs = recs.data() + (size_t)nch * SR::bstride();
   std::vector<uint8_t> stage_mem(RPU * RS + 16);
   uint8_t* st = reinterpret_cast<uint8_t*>(((uintptr_t)stage_mem.data() + 15) & ~(uintptr_t)15);
@@ -439,26 +524,54 @@ static int run_stream_one(const uint8_t* w, int R, int64_t rb, int K, const floa
         decode_chunk<T>(rg[lane], rg8[lane], c, &rcs[lane * GPC]);
       }
       std::vector<float> D((size_t)GPC * 32 * 4);
+      std::vector<int64_t> Dh((size_t)GPC * 32 * 4), Dl((size_t)GPC * 32 * 4);
       for (int q = 0; q < GPC; ++q) {
-        float Dq[32][4] = {};
-        mma_group(&rcs[q], GPC, STEPS, Dq, [&](int g, int c) -> const uint8_t* {
+        const auto brec = [&](int g, int c) -> const uint8_t* {
           const int ne = (g >> 1) ^ (g & 1), k = q & 1 ? ne ^ 2 : ne;
           return recs.data() + (size_t)live_chunk(k) * SR::bstride() + q * BREC + c * (8 * STEPS);
-        }, fast_i8<T>());
-        std::memcpy(&D[(size_t)q * 128], Dq, sizeof(Dq));
+        };
+        if constexpr (IBLK) {
+          imma_group(&rcs[q], GPC, reinterpret_cast<int64_t(*)[4]>(&Dh[(size_t)q * 128]),
+                     reinterpret_cast<int64_t(*)[4]>(&Dl[(size_t)q * 128]), brec);
+        } else {
+          float Dq[32][4] = {};
+          mma_group(&rcs[q], GPC, STEPS, Dq, brec, fast_i8<T>());
+          std::memcpy(&D[(size_t)q * 128], Dq, sizeof(Dq));
+        }
       }
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane >> 2, c = lane & 3, kap = g % 4, t = c ^ kap;
         if (kap >= nlive) continue;
         const uint8_t* myc = t & 1 ? rg8[lane] : rg[lane];
-        for (int j = 0; j < GPC / 2; ++j) {
-          const int G = 2 * j + (t >> 1);
-          const float v = D[(size_t)G * 128 + lane * 4 + (t & 1 ? 3 : 0)];
-          float sg, og;
-          L::scale(myc, G, sg, og);
-          const float* sb = reinterpret_cast<const float*>(srecs + (size_t)live_chunk(kap) * SR::sstride() + G * GR);
-          acc[lane] = std::fmaf(sg, std::fmaf(sb[0], v, sb[1]), acc[lane]);
-          if (L::HAS_MIN) acc[lane] = std::fmaf(og, sb[4], acc[lane]);
+        const uint8_t* srow = srecs + (size_t)live_chunk(kap) * SR::sstride();
+        if constexpr (IBLK) {
+          const int e = t & 1 ? 3 : 0, par = t >> 1;
+          for (int b = 0; b < GPC / 8; ++b) {
+            const uint32_t lsp = L::sub_scales_of(myc + L::BB * b, par);
+            int64_t ah = 0, al = 0;
+            for (int j = 0; j < 4; ++j) {
+              const int G = 8 * b + 2 * j + par;
+              const int ls = L::sub_scale_raw(lsp, j);
+              ah += Dh[(size_t)G * 128 + lane * 4 + e] * ls;
+              al += Dl[(size_t)G * 128 + lane * 4 + e] * ls;
+              if (std::llabs(ah) >= (1ll << 31) || std::llabs(al) >= (1ll << 31)) {
+                std::fprintf(stderr, "a block's integer sum past int32\n");
+                return 6;
+              }
+            }
+            const float sig = *reinterpret_cast<const float*>(srow + 8 * b * GR);
+            acc[lane] = std::fmaf(f16v(myc + L::BB * b) * sig, std::fmaf(256.f, (float)ah, (float)al), acc[lane]);
+          }
+        } else {
+          for (int j = 0; j < GPC / 2; ++j) {
+            const int G = 2 * j + (t >> 1);
+            const float v = D[(size_t)G * 128 + lane * 4 + (t & 1 ? 3 : 0)];
+            float sg, og;
+            L::scale(myc, G, sg, og);
+            const float* sb = reinterpret_cast<const float*>(srow + G * GR);
+            acc[lane] = std::fmaf(sg, std::fmaf(sb[0], v, sb[1]), acc[lane]);
+            if (L::HAS_MIN) acc[lane] = std::fmaf(og, sb[4], acc[lane]);
+          }
         }
       }
     }
@@ -501,7 +614,12 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
   std::vector<float> xp((size_t)nch * L::CE, 0.f);  // x padded with zeros to whole chunks, as load_x
   std::memcpy(xp.data(), x, sizeof(float) * K);
   std::vector<uint8_t> recs(SR::bytes(K), 0xCD);
-  for (int G = 0; G < nch * (L::CE / L::GS); ++G) SR::group(xp.data() + (size_t)G * L::GS, G, K, recs.data());
+  for (int G = 0; G < nch * (L::CE / L::GS); ++G) {
+    if constexpr (fast_i8<T>())  // the block form (NOTES.md v109)
+      SR::group_blk(xp.data() + (size_t)G * L::GS, block_amax<T>(xp.data(), G, nch * (L::CE / L::GS)), G, K, recs.data());
+    else
+      SR::group(xp.data() + (size_t)G * L::GS, G, K, recs.data());
+  }
   const uint8_t* srecs = recs.data() + (size_t)nch * SR::bstride();
   std::vector<uint8_t> stage_mem(16 * FSB + 32);
   uint8_t* st = reinterpret_cast<uint8_t*>(((uintptr_t)stage_mem.data() + 15) & ~(uintptr_t)15);
@@ -541,12 +659,19 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
         }
       }
       std::vector<float> D((size_t)GPI * 32 * 4);
+      std::vector<int64_t> Dh((size_t)GPI * 32 * 4), Dl((size_t)GPI * 32 * 4);
       for (int q = 0; q < GPI; ++q) {
-        float Dq[32][4] = {};
-        mma_group(&rcs[q], GPI, STEPS, Dq, [&](int g, int c) -> const uint8_t* {
+        const auto brec = [&](int g, int c) -> const uint8_t* {
           return recs.data() + FL::rec(FL::col(s, g, n), SR::bstride(), BREC) + q * BREC + c * (8 * STEPS);
-        }, fast_i8<T>());
-        std::memcpy(&D[(size_t)q * 128], Dq, sizeof(Dq));
+        };
+        if constexpr (fast_i8<T>()) {
+          imma_group(&rcs[q], GPI, reinterpret_cast<int64_t(*)[4]>(&Dh[(size_t)q * 128]),
+                     reinterpret_cast<int64_t(*)[4]>(&Dl[(size_t)q * 128]), brec);
+        } else {
+          float Dq[32][4] = {};
+          mma_group(&rcs[q], GPI, STEPS, Dq, brec);
+          std::memcpy(&D[(size_t)q * 128], Dq, sizeof(Dq));
+        }
       }
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane >> 2, c = lane & 3;
@@ -554,6 +679,21 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
         if (!fl.kept) continue;
         const uint8_t* myc = fl.hi ? rg8[lane] : rg[lane];
         float acc = 0.f;
+        if constexpr (fast_i8<T>()) {  // v109: the kept product of a block's groups as integers, scaled once
+          const uint8_t* sp = srecs + FL::rec(fl.k, SR::sstride(), GR);
+          for (int b = 0; b < GPI / 8; ++b) {
+            int64_t ah = 0, al = 0;
+            for (int j = 0; j < 8; ++j) {
+              const size_t i = (size_t)(8 * b + j) * 128 + lane * 4 + fl.elem;
+              if (!block_add<T>(myc + L::BB * b, j, Dh[i], Dl[i], ah, al)) return 6;
+            }
+            const float sig = *reinterpret_cast<const float*>(sp + 8 * b * GR);
+            acc = std::fmaf(f16v(myc + L::BB * b) * sig, std::fmaf(256.f, (float)ah, (float)al), acc);
+          }
+          itm[fl.item] = acc;
+          ++kept[fl.item];
+          continue;
+        }
         for (int G = 0; G < GPI; ++G) {
           float sg, og;
           L::scale(myc, G, sg, og);

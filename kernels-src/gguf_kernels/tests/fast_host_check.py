@@ -5,8 +5,9 @@
 Random valid blocks (every byte random except the fp16 scale fields), bf16-valued activations with
 a wide spread of magnitudes, rows not a multiple of 16, M = 1..8. The host model sums in fp32 like
 the kernel, so the relative error must stay near fp32 rounding (< 5e-5; the 1024 base cancels in the epilogue); a wrong byte, nibble or slot
-mapping gives O(1). IQ4_XS's int8 records round the activations to int16 a group, so its int8 paths are checked
-against gguf-py on the activations rounded that way (`group_rounded`), where they land at ~1e-7.
+mapping gives O(1). IQ4_XS's int8 records round the activations to int16 a group (v109's block form: a 256-element
+block), so its int8 paths are checked against gguf-py on the activations rounded that way (`group_rounded`), where
+they land at ~1e-7.
 """
 from __future__ import annotations
 
@@ -62,20 +63,20 @@ def report(label, rc, out, x, w):
 
 def check_stream(lib, name, packed, w, K, x, R, label, ctas=0, wpc=0, exp8=False):
     """fast_matmul_stream (ctas > 0: its split launch; exp8: the MT = 8 form in EXP's slot order)
-    against gguf-py, on x as the records hold it."""
+    against gguf-py, on x as the records hold it (IQ4_XS's block form)."""
     M = x.shape[0]
     out = np.full((M, R), np.nan, np.float32)
     rc = lib.fast_matmul_stream(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
                                 ctypes.c_longlong(packed.shape[1]), K,
                                 np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
                                 M, out.ctypes.data_as(ctypes.c_void_p), ctas, wpc, int(exp8))
-    return report(label, rc, out, records_x(name, x), w)
+    return report(label, rc, out, records_x(name, x, 256), w)
 
 
 def group_rounded(x, n=32):
-    """x as an int8 type's records hold it (Prep::group_i8): each run of n elements x / sigma rounded half to even to
-    int16 (32767 at most), sigma = 2^(E - 14) for the exponent E of the run's largest |x| (2^-126 where that is below
-    2^-112), times sigma again."""
+    """x as an int8 type's records hold it (Prep::group_i8): each run of n elements (a group of 32; the block form's
+    256, StreamRecs::group_blk, NOTES.md v109) x / sigma rounded half to even to int16 (32767 at most), sigma =
+    2^(E - 14) for the exponent E of the run's largest |x| (2^-126 where that is below 2^-112), times sigma again."""
     xb = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, n)
     be = (np.abs(xb).max(axis=1).view(np.uint32) >> 23).astype(np.int64)
     sigma = np.ldexp(1.0, np.where(be > 15, be - 14, 1) - 127)[:, None]
@@ -90,12 +91,24 @@ def records_x(name, x, n=32):
 
 def check_m1(entry, name, packed, w, K, x, R, label):
     """A one-token host model (fast_matmul_stream_one, fast_matmul_stream_flat[_ragged]) against gguf-py, on x as the
-    records hold it."""
+    records hold it (IQ4_XS's block form)."""
     out = np.full((1, R), np.nan, np.float32)
     rc = entry(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R, ctypes.c_longlong(packed.shape[1]), K,
                np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
                out.ctypes.data_as(ctypes.c_void_p))
-    return report(label, rc, out, records_x(name, x), w)
+    return report(label, rc, out, records_x(name, x, 256), w)
+
+
+def extreme_iq4_xs(R, K, rng):
+    """IQ4_XS rows whose blocks' sums are the largest the block form's integers meet against activations of one
+    sign: each block's codes all 0 or all 15 (kvalues -127 or 113) and its sub-block scales all 0 or all 63
+    (ls - 32 = -32 or 31)."""
+    packed = random_blocks("IQ4_XS", (R,), K, rng).reshape(R, K // 256, 136)
+    pick = rng.choice(np.array([0x00, 0xFF], np.uint8), size=(R, K // 256, 2))
+    packed[:, :, 2:8] = pick[:, :, :1]  # scales_h (2 bits a sub-block), scales_l (4)
+    packed[:, :, 8:] = pick[:, :, 1:]
+    packed = np.ascontiguousarray(packed.reshape(R, -1))
+    return packed, dequantize(packed, QT["IQ4_XS"]).reshape(R, K).astype(np.float64)
 
 
 def main():
@@ -159,13 +172,28 @@ def main():
                     bad += not check_stream(lib, name, packed, w, K, x, R,
                                             f"{name:7s} K={K:5d} M={M} split {ctas}x{wpc}", ctas, wpc)
     # M = 1 on the MT = 2 geometry, one kept value a lane (gemv_stream_kernel<..., ONE>): odd R (a
-    # short last unit), one and several stages, a short last stage (K of 11 chunks when aligned)
+    # short last unit), one and several stages, a short last stage (K of 11 chunks when aligned). IQ4_XS (int8):
+    # its records' block form, against gguf-py on the activations rounded as they hold them; its worst sums
+    # (every code -127 or 113 and every |x| at its block's largest: the block's integer sums nearest int32's
+    # limit) and the error against the unrounded activations
     for name in TYPES:
         for K in {"Q6_K": [2048, 6144], "IQ4_XS": [2048, 5632], "MXFP4": [2048, 5632]}.get(name, [1024, 2816, 4096]):
             R = 37
             packed, w = random_rows(name, R, K, rng)
-            bad += not check_m1(lib.fast_matmul_stream_one, name, packed, w, K, wide_x(rng, 1, K), R,
-                                f"{name:7s} K={K:5d} M=1 one")
+            x = wide_x(rng, 1, K)
+            bad += not check_m1(lib.fast_matmul_stream_one, name, packed, w, K, x, R, f"{name:7s} K={K:5d} M=1 one")
+            if name == "IQ4_XS":
+                ref = x.astype(np.float64) @ w.T
+                out = np.full((1, R), np.nan, np.float32)
+                lib.fast_matmul_stream_one(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R,
+                                           ctypes.c_longlong(packed.shape[1]), K,
+                                           np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
+                                           out.ctypes.data_as(ctypes.c_void_p))
+                print(f"{name:7s} K={K:5d} M=1 one: against the unrounded x rel="
+                      f"{np.linalg.norm(out - ref) / np.linalg.norm(ref):.2e}")
+    packed, w = extreme_iq4_xs(37, 2048, rng)
+    x = np.full((1, 2048), 3.984375, np.float32)  # (bf16; x / sigma = 32640, high byte 127)
+    bad += not check_m1(lib.fast_matmul_stream_one, "IQ4_XS", packed, w, 2048, x, 37, "IQ4_XS  K= 2048 M=1 one, extreme")
     # MoE pairs on flat items (gemv_stream_kernel's FLAT): rows of 1..4 items (Q6_K: super-blocks, rows of
     # 210 .. 840 bytes, every other one 2 bytes off 4-byte alignment), two units of rows each
     for name in TYPES:
