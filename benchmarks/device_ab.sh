@@ -42,11 +42,15 @@ rounds() {  # rounds PREFIX SETTINGS: the trees A B [C] AB_ROUNDS times, then ea
 ARGS=("$@")
 if [ -n "$AB_TESTS" ]; then
   K=(); [ -n "$AB_K" ] && K=(-k "$AB_K")
-  # the failures' one-line reasons to $OUT/tests.txt: the timing's tables push the console's lines out of the
-  # tail the device tool returns (session 72 got the failing tests' names from memcheck's table, not why)
-  GGUF_QUANT_KERNELS=/tmp/ka timeout 300 python3 -m pytest $AB_TESTS "${K[@]}" -q -rfE -p no:cacheprovider \
-    > "$LOGD/tests.log" 2>&1
-  grep -E "^(FAILED|ERROR) |[0-9]+ (passed|failed)" "$LOGD/tests.log" | tee "$OUTD/tests.txt" | tail -8
+  # the failures' reasons to $OUT/tests.txt: the timing's tables push the console's lines out of the tail the
+  # device tool returns (session 72 got the failing tests' names from memcheck's table, not why), and pytest cuts
+  # a summary line's reason at the terminal's width (session 73's long test ids kept none: COLUMNS), so the
+  # tracebacks' "E" lines go there too (the first 150)
+  COLUMNS=400 GGUF_QUANT_KERNELS=/tmp/ka timeout 300 python3 -m pytest $AB_TESTS "${K[@]}" -q -rfE \
+    -p no:cacheprovider > "$LOGD/tests.log" 2>&1
+  { grep -E "^(FAILED|ERROR) |[0-9]+ (passed|failed)" "$LOGD/tests.log"; grep -E "^E  " "$LOGD/tests.log" | head -150; } \
+    > "$OUTD/tests.txt"
+  grep -E "^(FAILED|ERROR) |[0-9]+ (passed|failed)" "$OUTD/tests.txt" | tail -8
   el "tests done"
   GGUF_QUANT_KERNELS=/tmp/ka python3 benchmarks/sanitize_suite.py --shards 8 --timeout 300 --logs $LOGD/sanitize \
     -- $AB_TESTS "${K[@]}" 2>&1 | tee "$OUTD/sanitize.md" | grep -E "^\| all |^[a-z]+: " || tail -5 "$OUTD/sanitize.md"

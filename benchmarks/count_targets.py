@@ -1,0 +1,60 @@
+"""Issue 3's targets over a bench_matmul.py table with llama.cpp's column from the same run (device_run.sh's
+bench.md), no GPU:
+
+    python benchmarks/count_targets.py benchmarks/results/matmul_h100.md
+
+Targets (issue 3): dense M = 1 weight bandwidth >= 1.5x llama.cpp's, or >= 80% of the card's copy rate (the
+table's header line "device copy N GB/s") where that is lower; M = 8 >= 2x; M = 512 >= 1.5x; MoE >= 1.5x at
+T = 1, 8, 32, 512. Prints the misses and the count met; rows without llama.cpp's time are not target rows.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+RATIO = {("dense", 1): 1.5, ("dense", 8): 2.0, ("dense", 512): 1.5,
+         ("moe", 1): 1.5, ("moe", 8): 1.5, ("moe", 32): 1.5, ("moe", 512): 1.5}
+
+
+def rows(text: str):
+    """(kind, type, shape, M, ours us, weight GB/s, llama.cpp us) of each table row with llama.cpp's time."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 9 or cells[0] not in ("dense", "moe") or not cells[7]:
+            continue
+        yield cells[0], cells[1], cells[2], int(cells[3]), float(cells[4]), float(cells[5]), float(cells[7])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("table", type=Path)
+    ap.add_argument("--copy", type=float, help="the card's copy rate, GB/s, in place of the header's (tables before "
+                    "session 73 timed a memcpy node: the H200's read 2706 against ANCHORS.md's 4300)")
+    args = ap.parse_args(argv)
+    text = args.table.read_text()
+    m = re.search(r"device copy (\d+) GB/s", text)
+    if m is None and args.copy is None:
+        sys.exit(f"{args.table}: no 'device copy N GB/s' in its header (device_run.sh's bench.md has one); give --copy")
+    copy = args.copy if args.copy is not None else float(m.group(1))
+    floor = 0.8 * copy
+    met = total = 0
+    print(f"| kind | type | K -> N | M | llama / ours | target | met |\n| --- | --- | --- | ---: | ---: | --- | --- |")
+    for kind, name, shape, M, ours, gbs, llama in rows(text):
+        need = RATIO.get((kind, M))
+        if need is None:
+            continue
+        total += 1
+        ratio = llama / ours
+        ok = ratio >= need or (kind == "dense" and M == 1 and gbs >= floor)
+        met += ok
+        if not ok:
+            print(f"| {kind} | {name} | {shape} | {M} | {ratio:.2f}x | {need}x"
+                  f"{f' or {floor:.0f} GB/s' if kind == 'dense' and M == 1 else ''} | no ({gbs:.0f} GB/s) |")
+    print(f"\n{met} of {total} target rows met (M = 1 floor: 80% of {copy:.0f} GB/s = {floor:.0f} GB/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
