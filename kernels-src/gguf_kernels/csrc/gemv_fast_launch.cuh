@@ -119,6 +119,11 @@ template <int T>
 constexpr bool may_rag() {
   return FT<T>::OK && Traits<T>::BYTES % 16 != 0;
 }
+// The types whose MoE pairs take ragged flat items (gemv_stream_kernel<T, XT, true, 1, true, true>)
+template <int T>
+constexpr bool flat_rag() {
+  return T == MXFP4 || T == IQ4_XS;
+}
 template <int T>
 bool rows_rag(int N, int K, int64_t row_bytes, int64_t expert_bytes) {
   if constexpr (!may_rag<T>()) {
@@ -1295,14 +1300,18 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     const bool flat = K % flat_item_elems<T>() == 0 && fn >= 1 && fn <= knob_flat() && N % flat_rows(fn) == 0 &&
                       ga.row_bytes == (int64_t)fn * flat_item_bytes<T>() && ga.expert_bytes % 16 == 0 &&
                       ((uintptr_t)ga.w & 15) == 0;
-    if (rag && !flat && (StreamRecs<T>::chunks(K) < min_chunks || !rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)))
-      return cudaErrorNotSupported;
-    // ragged flat items (NOTES.md v37): MXFP4 rows of 4k + 2 bytes in units whose item sums fit (gpt-oss,
-    // K = 2880: 6 chunks, 8 rows of 3 stages), where the hit experts' units above declined (T = 1);
-    // GGUF_KERNELS_FAST_FLAT=0 turns it off with the aligned form
+    // ragged flat items (NOTES.md v37, v111): rows_rag rows in units whose item sums fit: MXFP4 rows of 4k + 2
+    // bytes (gpt-oss, K = 2880: 6 chunks, 8 rows of 3 stages) where the hit experts' units above declined (T = 1),
+    // IQ4_XS's (Qwen3-30B-A3B's down projection, K = 768: a chunk and a half, 8 rows of 2 stages) at any T, where
+    // the row pairs' stages of 8 chunks would hold 1.5 and grouping by expert lost (v111); GGUF_KERNELS_FAST_FLAT=0
+    // turns it off with the aligned form
     const int rn = StreamRecs<T>::chunks(K);
-    const bool rflat = T == MXFP4 && rag && knob_flat() > 0 && rn * flat_rows(rn) <= kFlatItemBytes / 4 &&
-                       N % flat_rows(rn) == 0 && ((uintptr_t)ga.w & 3) == 0;
+    const bool rflat = flat_rag<T>() && rag && knob_flat() > 0 && rn * flat_rows(rn) <= kFlatItemBytes / 4 &&
+                       N % flat_rows(rn) == 0 && ((uintptr_t)ga.w & 3) == 0 &&
+                       rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes);
+    if (rag && !flat && !(rflat && T == IQ4_XS) &&
+        (rn < min_chunks || !rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)))
+      return cudaErrorNotSupported;
     if (ga.x_stride % 8 != 0) return cudaErrorNotSupported;
     // local: each CTA only the records of the x rows its own range of units meets (guessed for a CTA an
     // SM and 2-row units, set for the chosen grid at launch), where that is fewer than all of them
@@ -1324,7 +1333,7 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
                                               : launch_stream<T, __half, true, 1, false, true>(a, units, fixed, stream);
       if (e != cudaErrorNotSupported || rag) return e;
     }
-    if constexpr (T == MXFP4) {
+    if constexpr (flat_rag<T>()) {
       if (rflat) {
         const int units = P * (N / flat_rows(rn));
         const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, true, true>(a, units, fixed, stream)

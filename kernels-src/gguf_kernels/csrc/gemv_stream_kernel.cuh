@@ -804,12 +804,12 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       else L::chunk(rg, rg8, c, all);
     } else if constexpr (FLAT && IBLK) {  // v109: the lane's one kept product a group (element fl.elem of its A row's
                                           // item) as integers a block (BlockSums), scaled once a block
-      static_assert(!RAG && !L::MIS, "flat items of whole chunks");
+      static_assert(!L::MIS, "flat items of whole chunks (RAG: the last one short, zeros past the row)");
       const uint8_t* myc = fl.hi ? rg8 : rg;
       const int fe = fl.elem;
       BlockSums<1> bs;
       uint32_t lg[2];  // the kept row's scales of the block, even and odd sub-blocks
-      L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
+      const auto each = [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
         uint32_t b[4];
         int dh[4], dl[4];
         brecs(q, b);
@@ -822,7 +822,9 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
           const float v = bs.take(0);
           if (fl.kept) acc[0] = fmaf(f16v(myc + bo) * *reinterpret_cast<const float*>(Sp + (q - j) * GR), v, acc[0]);
         }
-      });
+      };
+      if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, each);
+      else L::chunk(rg, rg8, c, each);
       if (fl.kept) itm[fl.item] = acc[0];  // the item's sum (each item is kept by one lane)
       acc[0] = 0.f;
     } else if constexpr (FLAT) {  // every group's product, then the kept lanes' epilogue of each run of DEF

@@ -594,7 +594,8 @@ static int run_stream_one(const uint8_t* w, int R, int64_t rb, int K, const floa
 // units of flat_rows(n) rows whose (row, item) items, in memory order, are streamed as stages of 16
 // contiguous items; the lanes' roles from FlatLane (the kernel's own), each kept product scaled from its
 // item's header and summed per item, each item's sum written once, a row's items added at the unit's end.
-// RAG (MXFP4 rows of 4k + 2 bytes, K any multiple of 32): items are chunks, the last one short; A row a
+// RAG (MXFP4 rows of 4k + 2 bytes, K any multiple of 32; IQ4_XS rows of 4k bytes, K any multiple of 256, v111):
+// items are chunks, the last one short; A row a
 // of a stage holds FlatLane::slot's (row, item), copied as the kernel does to its own offset in its slot
 // (the rows' base taken 16-byte aligned), zero-filled past the row's end; bytes no copy writes hold 0xFF.
 template <int T, bool RAG>
@@ -605,7 +606,8 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
   constexpr int IB = flat_item_bytes<T>(), FSB = flat_slot_bytes<T, RAG>();
   const int GPI = L::CE / L::GS * IB / L::CB, STEPS = L::STEPS, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
   const int n = flat_row_items<T, RAG>(K);
-  if (RAG ? T != MXFP4 || K % Traits<T>::BLOCK || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES || rb % 4 != 2 ||
+  if (RAG ? (T != MXFP4 && T != IQ4_XS) || K % Traits<T>::BLOCK || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES ||
+                rb % 4 != (T == MXFP4 ? 2 : 0) || rb % 16 == 0 ||
                 n * flat_rows(n) > kFlatItemBytes / 4
           : n < 1 || n > 4 || K != n * (L::CE * IB / L::CB) || rb != (int64_t)n * IB)
     return 2;
