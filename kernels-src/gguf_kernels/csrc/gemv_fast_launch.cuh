@@ -1302,9 +1302,11 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
                       ((uintptr_t)ga.w & 15) == 0;
     // ragged flat items (NOTES.md v37, v111): rows_rag rows in units whose item sums fit: MXFP4 rows of 4k + 2
     // bytes (gpt-oss, K = 2880: 6 chunks, 8 rows of 3 stages) where the hit experts' units above declined (T = 1),
-    // IQ4_XS's (Qwen3-30B-A3B's down projection, K = 768: a chunk and a half, 8 rows of 2 stages) at any T, where
+    // IQ4_XS's (Qwen3-30B-A3B's down projection, K = 768: a chunk and a half, 8 rows in one stage) at any T, where
     // the row pairs' stages of 8 chunks would hold 1.5 and grouping by expert lost (v111); GGUF_KERNELS_FAST_FLAT=0
-    // turns it off with the aligned form
+    // turns it off with the aligned form. min_chunks guards the row pairs' 8-chunk stages, so IQ4_XS's flat items
+    // skip it; MXFP4's keep it (never timed from moe_group_min pairs, where its hit experts' units take one x row
+    // a token)
     const int rn = StreamRecs<T>::chunks(K);
     const bool rflat = flat_rag<T>() && rag && knob_flat() > 0 && rn * flat_rows(rn) <= kFlatItemBytes / 4 &&
                        N % flat_rows(rn) == 0 && ((uintptr_t)ga.w & 3) == 0 &&
