@@ -741,6 +741,11 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       brecs(q, b);
       group_mma<T>(D, A, b);
     };
+    const auto iproducts = [&](int q, const uint32_t (&A)[2][4], int (&dh)[4], int (&dl)[4]) {  // int8: D's planes
+      uint32_t b[4];
+      brecs(q, b);
+      group_imma(dh, dl, A, b);
+    };
     if constexpr (IBLK && !ONE) {  // v109, MT = 1, 2, 4, 8: a block's products as integers (BlockSums), scaled once a
                                    // block; MT < 8 keeps element g & 1 of each row (token (2c + (g & 1)) / CPS), picked
                                    // once a block
@@ -748,10 +753,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       uint32_t lg[2], lg8[2];  // rows g, g + 8 (MT < 8: rho, rho + MT): the block's scales, even and odd sub-blocks
       const uint8_t* Sp1 = Sp + (rec_off(t1) - rec_off(t0));  // MT = 8: token tok + 1's
       const auto blk = [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
-        uint32_t b[4];
         int dh[4], dl[4];
-        brecs(q, b);
-        group_imma(dh, dl, A, b);
+        iproducts(q, A, dh, dl);
         const int j = q % L::BG, bo = L::BB * (q / L::BG);
         if (j == 0) {
           L::sub_scales_s8(rg + bo, lg);
@@ -810,10 +813,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       BlockSums<1> bs;
       uint32_t lg[2];  // the kept row's scales of the block, even and odd sub-blocks
       const auto each = [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
-        uint32_t b[4];
         int dh[4], dl[4];
-        brecs(q, b);
-        group_imma(dh, dl, A, b);
+        iproducts(q, A, dh, dl);
         const int j = q % L::BG, bo = L::BB * (q / L::BG);
         if (j == 0) L::sub_scales_s8(myc + bo, lg);
         const auto kept = [&](const int (&D)[4]) { return (fe & 2) ? ((fe & 1) ? D[3] : D[2]) : ((fe & 1) ? D[1] : D[0]); };
@@ -865,10 +866,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
         BlockSums<1> bs;
         uint32_t lsp = 0;  // the kept row's scales of the block's groups of the lane's parity
         L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
-          uint32_t b[4];
           int dh[4], dl[4];
-          brecs(q, b);
-          group_imma(dh, dl, A, b);
+          iproducts(q, A, dh, dl);
           const int j = q % L::BG, bo = L::BB * (q / L::BG);
           if (j == 0) lsp = L::sub_scales_of(myc + bo, par);
           bs.add(0, pick(dh), pick(dl), (q & 1) == par ? L::sub_scale_raw(lsp, j >> 1) : 0);  // (the other adds 0)
@@ -885,10 +884,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
         L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
           float D[4];
           if constexpr (fast_i8<T>()) {  // MoE pairs: all four converted (picking first spilled 74 bytes here, v105)
-            uint32_t b[4];
             int dh[4], dl[4];
-            brecs(q, b);
-            group_imma(dh, dl, A, b);
+            iproducts(q, A, dh, dl);
 #pragma unroll
             for (int i = 0; i < 4; ++i) D[i] = i8_parts_f(dh[i], dl[i]);
           } else {
