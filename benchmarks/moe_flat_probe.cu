@@ -20,10 +20,9 @@ using namespace gq::fast;
 template <int T>
 void show(int K, int N, int tokens, int top_k, bool x_a_pair) {
   const int P = tokens * top_k, x_div = x_a_pair ? 1 : top_k, rn = StreamRecs<T>::chunks(K);
-  int nx = (P + x_div - 1) / x_div;  // as launch_moe: the guess for one CTA an SM and 4-row units
-  const int hNg = (N + 3) / 4, guess = local_rows(P * hNg, hNg, x_div, num_sms());
-  const bool local = guess < nx;
-  if (local) nx = guess + 1;
+  const MoeXRows xr = moe_x_rows(P, N, x_div);  // as launch_moe
+  const int nx = xr.nx;
+  const bool local = xr.local;
   const size_t recs = (size_t)nx * stream_rec_stride<T, 1>(K);
   FastArgs a = {};
   a.N = N; a.K = K; a.M = 1; a.P = P; a.nx = nx; a.local = local; a.x_div = x_div; a.row_bytes = packed_row_bytes<T>(K);

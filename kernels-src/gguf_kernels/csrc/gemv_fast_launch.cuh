@@ -1266,6 +1266,17 @@ inline bool exp_takes(int tokens, int P, int N) {
   if (v >= 0) return tokens >= v;
   return tokens >= 2 || (tokens == 1 && (int64_t)P * ((N + 15) / 16) >= 8 * (int64_t)num_sms());
 }
+// The x rows whose records each CTA of P MoE pairs holds: all of them, or (local) only those its own range of units
+// meets, where that is fewer: guessed here for a CTA an SM and 4-row units, set for the chosen grid by launch_choice
+struct MoeXRows {
+  int nx;
+  bool local;
+};
+inline MoeXRows moe_x_rows(int P, int N, int x_div) {
+  const int nx = (P + x_div - 1) / x_div, hN = (N + 3) / 4, guess = local_rows(P * hN, hN, x_div, num_sms());
+  const bool local = !knob_local_off() && guess < nx;
+  return {local ? guess + 1 : nx, local};
+}
 template <int T>
 cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cudaStream_t stream) {
   using L = FT<T>;
@@ -1308,19 +1319,14 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     // skip it; MXFP4's keep it (never timed from moe_group_min pairs, where its hit experts' units take one x row
     // a token)
     const int rn = StreamRecs<T>::chunks(K);
+    const bool rrag = rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes);
     const bool rflat = flat_rag<T>() && rag && knob_flat() > 0 && rn * flat_rows(rn) <= kFlatItemBytes / 4 &&
-                       N % flat_rows(rn) == 0 && ((uintptr_t)ga.w & 3) == 0 &&
-                       rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes);
-    if (rag && !flat && !(rflat && T == IQ4_XS) &&
-        (rn < min_chunks || !rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes)))
-      return cudaErrorNotSupported;
+                       N % flat_rows(rn) == 0 && ((uintptr_t)ga.w & 3) == 0 && rrag;
+    if (rag && !flat && !(rflat && T == IQ4_XS) && (rn < min_chunks || !rrag)) return cudaErrorNotSupported;
     if (ga.x_stride % 8 != 0) return cudaErrorNotSupported;
-    // local: each CTA only the records of the x rows its own range of units meets (guessed for a CTA an
-    // SM and 2-row units, set for the chosen grid at launch), where that is fewer than all of them
-    int nx = (P + ga.x_div - 1) / ga.x_div;
-    const int hN = (N + 3) / 4, guess = local_rows(P * hN, hN, ga.x_div, num_sms());
-    const bool local = !knob_local_off() && guess < nx;
-    if (local) nx = guess + 1;
+    const MoeXRows xr = moe_x_rows(P, N, ga.x_div);
+    const int nx = xr.nx;
+    const bool local = xr.local;
     const size_t recs = (size_t)nx * stream_rec_stride<T, 1>(K);
     if (recs > (rag && !flat ? kMoeRagRecBytes : kMoeRecBytes)) return cudaErrorNotSupported;
     FastArgs a = fast_args(ga, xt);
