@@ -15,7 +15,8 @@
 # shards', stay in /tmp/ab_logs, since the device tool brings back only ~8 files (session 39 lost a tree's
 # tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice) sweeps knobs: two rows a setting;
 # BASE=none builds and times this tree alone (a knob sweep at half the runs: one row a setting, the default
-# AB_ROUNDS times, default 2, for its spread).
+# AB_ROUNDS times, default 2, for its spread). A_BUILD=DIR takes A's build from DIR (one made earlier on the same
+# machine, e.g. an earlier call's B: main's build) instead of building this tree again.
 set -o pipefail
 OUTD=${OUT:-/tmp/gguf_out}; LOGD=/tmp/ab_logs; mkdir -p "$OUTD" "$LOGD"
 source benchmarks/device_setup.sh
@@ -23,7 +24,8 @@ BASE=${BASE:-.dev/base/kernels-src/gguf_kernels}
 # each build's own status (a build left in /tmp/ka or /tmp/kb by an earlier call must not pass for it)
 TREES="a"; [ "$BASE" != none ] && TREES="a b${BASE2:+ c}"
 J=$([ -n "$BASE2" ] && echo 5 || { [ "$BASE" = none ] && echo 16 || echo 8; })
-build_kernels /tmp/ka "" $J & pa=$!
+KA=${A_BUILD:-/tmp/ka}
+if [ -n "$A_BUILD" ]; then el "A: the build in $A_BUILD"; true & pa=$!; else build_kernels /tmp/ka "" $J & pa=$!; fi
 [ "$BASE" != none ] && { build_kernels /tmp/kb "$BASE" $J & pb=$!; }
 [ -n "$BASE2" ] && { build_kernels /tmp/kc "$BASE2" $J & pc=$!; }
 wait $pa && { [ "$BASE" = none ] || wait $pb; } && { [ -z "$BASE2" ] || wait $pc; } || exit 1
@@ -33,10 +35,11 @@ run() {  # run LABEL KERNELS [ENV...]
     > "$LOGD/$label.log" 2>&1 || tail -5 "$LOGD/$label.log"
   echo "## $label ($kdir $*)"; grep "^| [a-z]" "$LOGD/$label.md"
 }
+kdir() { [ "$1" = a ] && echo "$KA" || echo "/tmp/k$1"; }
 rounds() {  # rounds PREFIX SETTINGS: the trees A B [C] AB_ROUNDS times, then each setting once on every tree
-  for i in $(seq "${AB_ROUNDS:-2}"); do for t in $TREES; do run "$1${t^^}$i" /tmp/k$t; done; done
+  for i in $(seq "${AB_ROUNDS:-2}"); do for t in $TREES; do run "$1${t^^}$i" "$(kdir $t)"; done; done
   for e in $2; do
-    for t in $TREES; do run "$1${t^^}-${e//[^A-Za-z0-9_]/_}" /tmp/k$t "$e"; done
+    for t in $TREES; do run "$1${t^^}-${e//[^A-Za-z0-9_]/_}" "$(kdir $t)" "$e"; done
   done
 }
 ARGS=("$@")
@@ -46,13 +49,13 @@ if [ -n "$AB_TESTS" ]; then
   # device tool returns (session 72 got the failing tests' names from memcheck's table, not why), and pytest cuts
   # a summary line's reason at the terminal's width (session 73's long test ids kept none: COLUMNS), so the
   # tracebacks' "E" lines go there too (the first 150)
-  COLUMNS=400 GGUF_QUANT_KERNELS=/tmp/ka timeout 300 python3 -m pytest $AB_TESTS "${K[@]}" -q -rfE \
+  COLUMNS=400 GGUF_QUANT_KERNELS=$KA timeout 300 python3 -m pytest $AB_TESTS "${K[@]}" -q -rfE \
     -p no:cacheprovider > "$LOGD/tests.log" 2>&1
   { grep -E "^(FAILED|ERROR) |[0-9]+ (passed|failed)" "$LOGD/tests.log"; grep -E "^E  " "$LOGD/tests.log" | head -150; } \
     > "$OUTD/tests.txt"
   grep -E "^(FAILED|ERROR) |[0-9]+ (passed|failed)" "$OUTD/tests.txt" | tail -8
   el "tests done"
-  GGUF_QUANT_KERNELS=/tmp/ka python3 benchmarks/sanitize_suite.py --shards 8 --timeout 300 --logs $LOGD/sanitize \
+  GGUF_QUANT_KERNELS=$KA python3 benchmarks/sanitize_suite.py --shards 8 --timeout 300 --logs $LOGD/sanitize \
     -- $AB_TESTS "${K[@]}" 2>&1 | tee "$OUTD/sanitize.md" | grep -E "^\| all |^[a-z]+: " || tail -5 "$OUTD/sanitize.md"
   el "memcheck done"
 fi
