@@ -15,8 +15,8 @@
 # shards', stay in /tmp/ab_logs, since the device tool brings back only ~8 files (session 39 lost a tree's
 # tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice) sweeps knobs: two rows a setting;
 # BASE=none builds and times this tree alone (a knob sweep at half the runs: one row a setting, the default
-# AB_ROUNDS times, default 2, for its spread). A_BUILD=DIR takes A's build from DIR (one made earlier on the same
-# machine, e.g. an earlier call's B: main's build) instead of building this tree again.
+# AB_ROUNDS times, default 2, for its spread). A_BUILD=DIR / B_BUILD=DIR take A's / B's build from DIR (one made
+# earlier on the same machine, e.g. an earlier call's B: main's build) instead of building that tree again.
 set -o pipefail
 OUTD=${OUT:-/tmp/gguf_out}; LOGD=/tmp/ab_logs; mkdir -p "$OUTD" "$LOGD"
 source benchmarks/device_setup.sh
@@ -24,9 +24,10 @@ BASE=${BASE:-.dev/base/kernels-src/gguf_kernels}
 # each build's own status (a build left in /tmp/ka or /tmp/kb by an earlier call must not pass for it)
 TREES="a"; [ "$BASE" != none ] && TREES="a b${BASE2:+ c}"
 J=$([ -n "$BASE2" ] && echo 5 || { [ "$BASE" = none ] && echo 16 || echo 8; })
-KA=${A_BUILD:-/tmp/ka}
+KA=${A_BUILD:-/tmp/ka} KB=${B_BUILD:-/tmp/kb}
 if [ -n "$A_BUILD" ]; then el "A: the build in $A_BUILD"; true & pa=$!; else build_kernels /tmp/ka "" $J & pa=$!; fi
-[ "$BASE" != none ] && { build_kernels /tmp/kb "$BASE" $J & pb=$!; }
+if [ -n "$B_BUILD" ]; then el "B: the build in $B_BUILD"; true & pb=$!
+elif [ "$BASE" != none ]; then build_kernels /tmp/kb "$BASE" $J & pb=$!; fi
 [ -n "$BASE2" ] && { build_kernels /tmp/kc "$BASE2" $J & pc=$!; }
 wait $pa && { [ "$BASE" = none ] || wait $pb; } && { [ -z "$BASE2" ] || wait $pc; } || exit 1
 run() {  # run LABEL KERNELS [ENV...]
@@ -35,7 +36,7 @@ run() {  # run LABEL KERNELS [ENV...]
     > "$LOGD/$label.log" 2>&1 || tail -5 "$LOGD/$label.log"
   echo "## $label ($kdir $*)"; grep "^| [a-z]" "$LOGD/$label.md"
 }
-kdir() { [ "$1" = a ] && echo "$KA" || echo "/tmp/k$1"; }
+kdir() { case $1 in a) echo "$KA" ;; b) echo "$KB" ;; *) echo "/tmp/k$1" ;; esac; }
 rounds() {  # rounds PREFIX SETTINGS: the trees A B [C] AB_ROUNDS times, then each setting once on every tree
   for i in $(seq "${AB_ROUNDS:-2}"); do for t in $TREES; do run "$1${t^^}$i" "$(kdir $t)"; done; done
   for e in $2; do
