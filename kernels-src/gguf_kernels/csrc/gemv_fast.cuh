@@ -304,9 +304,12 @@ template <> struct FT<IQ4_XS> {
     return par ? ls[1] : ls[0];
   }
   static GQ_HD int sub_scale_raw(uint32_t w, int j) { return (int)((w >> (8 * j)) & 0xFFu) - 32; }
-  template <bool I8 = true, class F> static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
+  // NB = 1: the chunk's first block only, groups 0 .. 7 (rg, rg8 a block each: the one-block flat items of ragged
+  // MoE rows, v112)
+  template <bool I8 = true, int NB = 2, class F>
+  static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < NB; ++s) {
       const uint8_t* b = rg + BB * s;
       const uint8_t* b8 = rg8 + BB * s;
       uint32_t ls[2], ls8[2];
