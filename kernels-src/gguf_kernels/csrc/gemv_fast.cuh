@@ -703,12 +703,24 @@ GQ_HD int slot_row(int j, int last) {
 // RAG (ragged rows, MXFP4 of 4k + 2 bytes, NOTES.md v37): an item is a chunk of K, the last one short
 // (K = 2880: 6 items, the last 10 of 16 blocks), each copied at its own offset into a slot of
 // flat_slot_bytes; the same units (rows of 6: 8 rows, 3 stages).
-template <int T> GQ_HD constexpr int flat_item_bytes() { return FT<T>::MIS ? FT<T>::CB / 2 : FT<T>::CB; }
-template <int T> GQ_HD constexpr int flat_item_elems() { return FT<T>::CE * flat_item_bytes<T>() / FT<T>::CB; }
+// IQ4_XS's ragged rows (an odd count of 136-byte blocks, ggml's block_iq4_xs; K = 768 for Qwen3-30B-A3B's down
+// projection: 3) take items of one block (flat_blocks, v112), half a chunk as Q6_K's super-blocks are, where chunk
+// items (v111) left every row's last one half zeros (a quarter of the stage's decode at K = 768); rows of an odd
+// count of items, so units of 16 rows, a stage per item of a row.
+template <int T, bool RAG> GQ_HD constexpr bool flat_blocks() { return RAG && T == IQ4_XS; }
+template <int T, bool RAG> GQ_HD constexpr bool flat_half() { return FT<T>::MIS || flat_blocks<T, RAG>(); }
+template <int T, bool RAG = false> GQ_HD constexpr int flat_item_bytes() {
+  return flat_half<T, RAG>() ? FT<T>::CB / 2 : FT<T>::CB;
+}
+template <int T, bool RAG = false> GQ_HD constexpr int flat_item_elems() {
+  return FT<T>::CE * flat_item_bytes<T, RAG>() / FT<T>::CB;
+}
 template <int T> GQ_HD int flat_items(int K) { return K / flat_item_elems<T>(); }
-template <int T, bool RAG> GQ_HD int flat_row_items(int K) { return RAG ? StreamRecs<T>::chunks(K) : flat_items<T>(K); }
+template <int T, bool RAG> GQ_HD int flat_row_items(int K) {
+  return RAG ? (K + flat_item_elems<T, RAG>() - 1) / flat_item_elems<T, RAG>() : flat_items<T>(K);
+}
 template <int T, bool RAG> GQ_HD constexpr int flat_slot_bytes() {
-  return RAG ? (flat_item_bytes<T>() + 15 + 15) / 16 * 16 : flat_item_bytes<T>();
+  return RAG ? (flat_item_bytes<T, RAG>() + 15 + 15) / 16 * 16 : flat_item_bytes<T>();
 }
 // whether gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE> is the flat form: ONE on MoE pairs at MT = 1
 GQ_HD constexpr bool stream_flat(bool MOE, int MT, bool ONE) { return MOE && ONE && MT == 1; }
@@ -726,6 +738,11 @@ GQ_HD int stream_unit_stages(int K) {
                                    : (StreamRecs<T>::chunks(K) + 8 / MT - 1) / (8 / MT);
 }
 constexpr int kFlatItemBytes = 48 * 4;
+// A warp's item sums of a unit in shared memory: kFlatItemBytes; IQ4_XS's one-block items 16 rows of up to 15 (K up
+// to 3840, v112)
+template <int T, bool RAG> GQ_HD constexpr int flat_sum_bytes() {
+  return flat_blocks<T, RAG>() ? 16 * 15 * 4 : kFlatItemBytes;
+}
 // The K split's meeting (gemv_stream_kernel, KS): the sums a warp of every rank but 0 sends into rank 0's
 // slots (32 lanes x 4 floats), and the shared memory a warp takes for them and rank 0's barrier (8 bytes)
 constexpr int kKsSums = 32 * 4;
@@ -761,10 +778,11 @@ template <int T, bool RAG = false> struct FlatLane {
     }
   }
   static GQ_HD int col(int s, int g, int n) { return RAG ? (8 * s + g) % n : (g & 3) % n; }
-  // x item j's records from the start of a row's (StreamRecs): `stride` a chunk's, `gr` a group's (MIS:
+  // x item j's records from the start of a row's (StreamRecs): `stride` a chunk's, `gr` a group's (flat_half:
   // an item is half a chunk)
   static GQ_HD size_t rec(int j, size_t stride, int gr) {
-    return FT<T>::MIS ? (size_t)(j >> 1) * stride + (size_t)(j & 1) * (FT<T>::CE / FT<T>::GS / 2) * gr : (size_t)j * stride;
+    return flat_half<T, RAG>() ? (size_t)(j >> 1) * stride + (size_t)(j & 1) * (FT<T>::CE / FT<T>::GS / 2) * gr
+                               : (size_t)j * stride;
   }
   // RAG: the unit row and item of A row a (< 16) of stage s
   static GQ_HD void slot(int s, int a, int n, int& row, int& item) {

@@ -322,7 +322,7 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   constexpr bool BULK = stream_bulk<T, MOE, MT, RAG, ONE, false>();
   const size_t fx = stream_recs_end(fixed, BULK);
   const auto smem_for = [&](int WPC) {
-    return fx + (size_t)WPC * (S * (stage + (BULK ? kStageBarBytes : 0)) + (FLAT ? kFlatItemBytes : 0));
+    return fx + (size_t)WPC * (S * (stage + (BULK ? kStageBarBytes : 0)) + (FLAT ? flat_sum_bytes<T, RAG>() : 0));
   };
   StreamChoice best{0, 0, 0, 0, 0, 0};
   int best_rounds = 0, best_cap = 0;
@@ -1311,17 +1311,18 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     const bool flat = K % flat_item_elems<T>() == 0 && fn >= 1 && fn <= knob_flat() && N % flat_rows(fn) == 0 &&
                       ga.row_bytes == (int64_t)fn * flat_item_bytes<T>() && ga.expert_bytes % 16 == 0 &&
                       ((uintptr_t)ga.w & 15) == 0;
-    // ragged flat items (NOTES.md v37, v111): rows_rag rows in units whose item sums fit: MXFP4 rows of 4k + 2
+    // ragged flat items (NOTES.md v37, v111, v112): rows_rag rows in units whose item sums fit: MXFP4 rows of 4k + 2
     // bytes (gpt-oss, K = 2880: 6 chunks, 8 rows of 3 stages) where the hit experts' units above declined (T = 1),
-    // IQ4_XS's (Qwen3-30B-A3B's down projection, K = 768: a chunk and a half, 8 rows in one stage) at any T, where
+    // IQ4_XS's (Qwen3-30B-A3B's down projection, K = 768: 3 one-block items, 16 rows in 3 stages) at any T, where
     // the row pairs' stages of 8 chunks would hold 1.5 and grouping by expert lost (v111); GGUF_KERNELS_FAST_FLAT=0
     // turns it off with the aligned form. min_chunks guards the row pairs' 8-chunk stages, so IQ4_XS's flat items
     // skip it; MXFP4's keep it (never timed from moe_group_min pairs, where its hit experts' units take one x row
     // a token)
-    const int rn = StreamRecs<T>::chunks(K);
+    const int rn = StreamRecs<T>::chunks(K), rfn = flat_row_items<T, true>(K);  // rfn: a row's ragged flat items
     const bool rrag = rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes);
-    const bool rflat = flat_rag<T>() && rag && knob_flat() > 0 && rn * flat_rows(rn) <= kFlatItemBytes / 4 &&
-                       N % flat_rows(rn) == 0 && ((uintptr_t)ga.w & 3) == 0 && rrag;
+    const bool rflat = flat_rag<T>() && rag && knob_flat() > 0 &&
+                       rfn * flat_rows(rfn) <= flat_sum_bytes<T, true>() / 4 && N % flat_rows(rfn) == 0 &&
+                       ((uintptr_t)ga.w & 3) == 0 && rrag;
     if (rag && !flat && !(rflat && T == IQ4_XS) && (rn < min_chunks || !rrag)) return cudaErrorNotSupported;
     if (ga.x_stride % 8 != 0) return cudaErrorNotSupported;
     const MoeXRows xr = moe_x_rows(P, N, ga.x_div);
@@ -1343,7 +1344,7 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     }
     if constexpr (flat_rag<T>()) {
       if (rflat) {
-        const int units = P * (N / flat_rows(rn));
+        const int units = P * (N / flat_rows(rfn));
         const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, true, true>(a, units, fixed, stream)
                                                 : launch_stream<T, __half, true, 1, true, true>(a, units, fixed, stream);
         if (e != cudaErrorNotSupported) return e;

@@ -159,9 +159,10 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   // Q6_K (MIS): the items are its super-blocks (210 bytes, rows of 630 at K = 768), A row g item 2g and
   // A row g + 8 item 2g + 1, so that every lane reads its rows 0 and 2 bytes past 4-byte alignment
   // RAG (MXFP4 rows of 4k + 2 bytes, NOTES.md v37): items are chunks (the last one short), A rows g, g + 8
-  // the even and odd rows of two (row pair, item) slots (FlatLane), each item at its own offset in a slot
+  // the even and odd rows of two (row pair, item) slots (FlatLane), each item at its own offset in a slot;
+  // IQ4_XS's (v112): items of one block (flat_blocks)
   constexpr bool FLAT = stream_flat(MOE, MT, ONE);
-  constexpr int IB = flat_item_bytes<T>(), FSB = flat_slot_bytes<T, RAG>();  // FLAT: bytes an item, a slot
+  constexpr int IB = flat_item_bytes<T, RAG>(), FSB = flat_slot_bytes<T, RAG>();  // FLAT: bytes an item, a slot
   using FL = FlatLane<T, RAG && FLAT>;
   static_assert(!KS || (MT == 8 && !MOE && !RAG), "K split over a cluster: dense MT = 8");
   static_assert(!GZ || KS, "GZ: the K split over a plain grid");
@@ -206,9 +207,10 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   constexpr bool BULK = stream_bulk<T, MOE, MT, RAG, ONE, KS>();
   const size_t rend = stream_recs_end(nx * RB, BULK);  // the records' end
   uint8_t* buf = recs + rend + (size_t)warp * S * STAGE;
-  // FLAT: each warp's item sums of a unit (kFlatItemBytes), then the MoE tables
-  float* itm = reinterpret_cast<float*>(recs + rend + (size_t)WPC * S * STAGE) + warp * (kFlatItemBytes / 4);
-  int* sid = reinterpret_cast<int*>(recs + rend + (size_t)WPC * (S * STAGE + (FLAT ? kFlatItemBytes : 0)));  // MOE: experts
+  // FLAT: each warp's item sums of a unit (flat_sum_bytes), then the MoE tables
+  constexpr int FIB = flat_sum_bytes<T, RAG>();
+  float* itm = reinterpret_cast<float*>(recs + rend + (size_t)WPC * S * STAGE) + warp * (FIB / 4);
+  int* sid = reinterpret_cast<int*>(recs + rend + (size_t)WPC * (S * STAGE + (FLAT ? FIB : 0)));  // MOE: experts
   // EXP: the tables of exp_table_ints after the pairs' experts
   int* first_of = sid + exp_sid_ints(a.P);
   int* hexp = first_of + exp_first_of_ints(a.n_experts);
@@ -807,7 +809,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       else L::chunk(rg, rg8, c, all);
     } else if constexpr (FLAT && IBLK) {  // v109: the lane's one kept product a group (element fl.elem of its A row's
                                           // item) as integers a block (BlockSums), scaled once a block
-      static_assert(!L::MIS, "flat items of whole chunks (RAG: the last one short, zeros past the row)");
+      static_assert(!L::MIS, "flat items of whole chunks, or RAG's of one block (v112)");
       const uint8_t* myc = fl.hi ? rg8 : rg;
       const int fe = fl.elem;
       BlockSums<1> bs;
@@ -824,7 +826,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
           if (fl.kept) acc[0] = fmaf(f16v(myc + bo) * *reinterpret_cast<const float*>(Sp + (q - j) * GR), v, acc[0]);
         }
       };
-      if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, each);
+      if constexpr (flat_blocks<T, RAG>()) L::template chunk<true, 1>(rg, rg8, c, each);  // a block of each A row
+      else if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, each);
       else L::chunk(rg, rg8, c, each);
       if (fl.kept) itm[fl.item] = acc[0];  // the item's sum (each item is kept by one lane)
       acc[0] = 0.f;

@@ -142,7 +142,8 @@ static void mma_group(const Rec* recs, int stride, int STEPS, float (*D)[4], BRe
 
 // One lane's decode of one chunk of rows rg, rg8: the A fragments and scales of each group, into
 // out[0 .. groups of the chunk) (RAG: as gemv_stream_kernel decodes ragged rows, chunk_ragged; ITEM: a
-// flat item, which for Q6_K is one super-block of each, rg8 2 bytes past 4-byte alignment).
+// flat item, which for Q6_K is one super-block of each, rg8 2 bytes past 4-byte alignment, and for IQ4_XS's
+// ragged rows one block of each, flat_blocks).
 template <int T, bool RAG = false, bool ITEM = false, bool I8 = fast_i8<T>()>
 static void decode_chunk(const uint8_t* rg, const uint8_t* rg8, int c, Rec* out) {
   const auto f = [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
@@ -151,7 +152,8 @@ static void decode_chunk(const uint8_t* rg, const uint8_t* rg8, int c, Rec* out)
     rc.sg = sg; rc.sg8 = sg8; rc.og = og; rc.og8 = og8;
     rc.seen = true;
   };
-  if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, f);
+  if constexpr (ITEM && flat_blocks<T, RAG>()) FT<T>::template chunk<I8, 1>(rg, rg8, c, f);
+  else if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, f);
   else if constexpr (ITEM && FT<T>::MIS) FT<T>::template sb<0, 2>(rg, rg8, c, 0, f);
   else chunk_as<T, I8>(rg, rg8, c, f);
 #if !defined(__CUDA_ARCH__)  // (nvcc's device pass parses this too)
@@ -594,8 +596,8 @@ static int run_stream_one(const uint8_t* w, int R, int64_t rb, int K, const floa
 // units of flat_rows(n) rows whose (row, item) items, in memory order, are streamed as stages of 16
 // contiguous items; the lanes' roles from FlatLane (the kernel's own), each kept product scaled from its
 // item's header and summed per item, each item's sum written once, a row's items added at the unit's end.
-// RAG (MXFP4 rows of 4k + 2 bytes, K any multiple of 32; IQ4_XS rows of 4k bytes, K any multiple of 256, v111):
-// items are chunks, the last one short; A row a
+// RAG (MXFP4 rows of 4k + 2 bytes, K any multiple of 32: items are chunks, the last one short; IQ4_XS rows of an
+// odd count of blocks, K up to 3840: items of one block, v112); A row a
 // of a stage holds FlatLane::slot's (row, item), copied as the kernel does to its own offset in its slot
 // (the rows' base taken 16-byte aligned), zero-filled past the row's end; bytes no copy writes hold 0xFF.
 template <int T, bool RAG>
@@ -603,12 +605,12 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
   using L = FT<T>;
   using SR = StreamRecs<T>;
   using FL = FlatLane<T, RAG>;
-  constexpr int IB = flat_item_bytes<T>(), FSB = flat_slot_bytes<T, RAG>();
+  constexpr int IB = flat_item_bytes<T, RAG>(), FSB = flat_slot_bytes<T, RAG>();
   const int GPI = L::CE / L::GS * IB / L::CB, STEPS = L::STEPS, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
   const int n = flat_row_items<T, RAG>(K);
   if (RAG ? (T != MXFP4 && T != IQ4_XS) || K % Traits<T>::BLOCK || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES ||
                 rb % 4 != (T == MXFP4 ? 2 : 0) || rb % 16 == 0 ||
-                n * flat_rows(n) > kFlatItemBytes / 4
+                n * flat_rows(n) > flat_sum_bytes<T, RAG>() / 4
           : n < 1 || n > 4 || K != n * (L::CE * IB / L::CB) || rb != (int64_t)n * IB)
     return 2;
   if (R % flat_rows(n)) return 2;
@@ -653,7 +655,7 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
         if constexpr (RAG) {
           rg[lane] = st + g * FSB + mis[g];
           rg8[lane] = st + (g + 8) * FSB + mis[g + 8];
-          decode_chunk<T, true>(rg[lane], rg8[lane], c, &rcs[lane * GPI]);
+          decode_chunk<T, true, true>(rg[lane], rg8[lane], c, &rcs[lane * GPI]);
         } else {
           rg[lane] = st + (L::MIS ? 2 * IB : IB) * g;
           rg8[lane] = rg[lane] + (L::MIS ? IB : 8 * IB);

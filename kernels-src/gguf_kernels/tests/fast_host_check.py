@@ -211,10 +211,11 @@ def main():
         packed, w = random_rows("MXFP4", R, K, rng)
         bad += not check_m1(lib.fast_matmul_stream_flat_ragged, "MXFP4", packed, w, K, wide_x(rng, 1, K), R,
                             f"MXFP4   K={K:5d} M=1 ragged flat, {n} items")
-    # IQ4_XS rows of 4k bytes (136-byte blocks, v111): K = 768 (Qwen3-30B-A3B's down projection: a chunk and a half,
-    # 8 rows a unit), 256, 1280, 1792, 3840; two units each
+    # IQ4_XS rows of 4k bytes (136-byte blocks, v111) on one-block items (v112): K = 768 (Qwen3-30B-A3B's down
+    # projection: 3 items, 16 rows a unit of 3 stages), 256, 1280, 1792, 3840 (15 items, the most the item sums
+    # hold); two units each
     for K in (256, 768, 1280, 1792, 3840):
-        n = -(-K // 512)
+        n = K // 256
         R = 2 * 16 // (n & -n)
         packed, w = random_rows("IQ4_XS", R, K, rng)
         bad += not check_m1(lib.fast_matmul_stream_flat_ragged, "IQ4_XS", packed, w, K, wide_x(rng, 1, K), R,
