@@ -25,7 +25,7 @@ void show(int K, int N, int tokens, int top_k, bool x_a_pair) {
   const int nx = xr.nx;
   const bool local = xr.local;
   const size_t recs = (size_t)nx * stream_rec_stride<T, 1>(K);
-  const bool rflat = rn * flat_rows(rn) <= flat_sum_bytes<T, true>() / 4 && N % flat_rows(rn) == 0;
+  const bool rflat = flat_rag_units<T>(K, N);  // as launch_moe's
   FastArgs a = {};
   a.N = N; a.K = K; a.M = 1; a.P = P; a.nx = nx; a.local = local; a.x_div = x_div; a.row_bytes = packed_row_bytes<T>(K);
   const StreamChoice ch = rflat ? stream_choice<T, __nv_bfloat16, true, 1, true, true>(
@@ -34,8 +34,7 @@ void show(int K, int N, int tokens, int top_k, bool x_a_pair) {
   int rows = nx;
   size_t smem = ch.smem;
   if (ch.WPC && local) {  // launch_choice's recount for the chosen grid
-    const int hN = (N + flat_rows(rn) - 1) / flat_rows(rn);
-    rows = local_rows(P * hN, hN, x_div, ch.ctas);
+    rows = local_rows(P, N, flat_rows(rn), x_div, ch.ctas);
     smem += ((int64_t)rows - nx) * (int64_t)stream_rec_stride<T, 1>(K);
   }
   printf("| %d | %d | %d | %s | %d | %s | %d | %zu |", K, N, tokens, x_a_pair ? "a pair" : "a token", P,

@@ -433,9 +433,10 @@ inline bool follows_stream_kernel(cudaStream_t stream) {
   return false;
 #endif
 }
-// MoE local (gemv_stream_kernel): the most x rows one of `ctas` CTAs meets in its range of `units`
-// units of hN each, x_div pairs an x row.
-inline int local_rows(int units, int hN, int x_div, int ctas) {
+// MoE local (gemv_stream_kernel): the most x rows one of `ctas` CTAs meets in its range of the P pairs' units
+// (N rows of each pair in units of RU rows), x_div pairs an x row.
+inline int local_rows(int P, int N, int RU, int x_div, int ctas) {
+  const int hN = (N + RU - 1) / RU, units = P * hN;
   int most = 0;
   for (int b = 0; b < ctas; ++b) {
     const int u0 = (int)((int64_t)b * units / ctas), u1 = (int)((int64_t)(b + 1) * units / ctas);
@@ -495,7 +496,7 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   if constexpr (MOE && MT == 8) ch.ctas = num_sms();
   if (MOE && a.local) {  // the records of the rows the chosen CTAs meet (a.nx was the guess for one a SM)
     const int RU = stream_unit_rows<T, MOE, MT, RAG, ONE>(a.K);
-    const int hN = (a.N + RU - 1) / RU, rows = local_rows(a.P * hN, hN, a.x_div, ch.ctas);
+    const int rows = local_rows(a.P, a.N, RU, a.x_div, ch.ctas);
     ch.smem += ((int64_t)rows - a.nx) * (int64_t)stream_rec_stride<T, MT>(a.K);
     a.nx = rows;
   }
@@ -1273,9 +1274,16 @@ struct MoeXRows {
   bool local;
 };
 inline MoeXRows moe_x_rows(int P, int N, int x_div) {
-  const int nx = (P + x_div - 1) / x_div, hN = (N + 3) / 4, guess = local_rows(P * hN, hN, x_div, num_sms());
+  const int nx = (P + x_div - 1) / x_div, guess = local_rows(P, N, 4, x_div, num_sms());
   const bool local = !knob_local_off() && guess < nx;
   return {local ? guess + 1 : nx, local};
+}
+// Whether N rows of K take the ragged flat items' units (gemv_stream_kernel<T, XT, true, 1, true, true>): a unit's
+// item sums fit a warp's flat_sum_bytes and N is whole units
+template <int T>
+bool flat_rag_units(int K, int N) {
+  const int n = flat_row_items<T, true>(K);
+  return n * flat_rows(n) <= flat_sum_bytes<T, true>() / 4 && N % flat_rows(n) == 0;
 }
 template <int T>
 cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cudaStream_t stream) {
@@ -1320,9 +1328,8 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     // a token)
     const int rn = StreamRecs<T>::chunks(K), rfn = flat_row_items<T, true>(K);  // rfn: a row's ragged flat items
     const bool rrag = rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes);
-    const bool rflat = flat_rag<T>() && rag && knob_flat() > 0 &&
-                       rfn * flat_rows(rfn) <= flat_sum_bytes<T, true>() / 4 && N % flat_rows(rfn) == 0 &&
-                       ((uintptr_t)ga.w & 3) == 0 && rrag;
+    const bool rflat = flat_rag<T>() && rag && knob_flat() > 0 && flat_rag_units<T>(K, N) && ((uintptr_t)ga.w & 3) == 0 &&
+                       rrag;
     if (rag && !flat && !(rflat && T == IQ4_XS) && (rn < min_chunks || !rrag)) return cudaErrorNotSupported;
     if (ga.x_stride % 8 != 0) return cudaErrorNotSupported;
     const MoeXRows xr = moe_x_rows(P, N, ga.x_div);
