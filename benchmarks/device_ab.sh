@@ -10,8 +10,8 @@
 # (labels mA1, mB1, ...), with the settings AB_ENV2 where given; AB_TESTS="tests/x.py::test_a ..." (AB_K: a -k
 # expression for them) runs those tests on A's build (failures with their reasons to $OUT/tests.txt) and again
 # under memcheck (its table to $OUT/sanitize.md; printed: its first line and the "all" row), before the
-# timing: a call that runs out of time keeps its verdict. The rows of every run go to $OUT/ab.txt (and
-# ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's own table and log, and the memcheck
+# timing: a call that runs out of time keeps its verdict (AB_MEMCHECK=0 leaves memcheck to a later call). The rows
+# of every run go to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's own table and log, and the memcheck
 # shards', stay in /tmp/ab_logs, since the device tool brings back only ~8 files (session 39 lost a tree's
 # tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice) sweeps knobs: two rows a setting;
 # BASE=none builds and times this tree alone (a knob sweep at half the runs: one row a setting, the default
@@ -56,9 +56,9 @@ if [ -n "$AB_TESTS" ]; then
     > "$OUTD/tests.txt"
   grep -E "^(FAILED|ERROR) |[0-9]+ (passed|failed)" "$OUTD/tests.txt" | tail -8
   el "tests done"
-  GGUF_QUANT_KERNELS=$KA python3 benchmarks/sanitize_suite.py --shards 8 --timeout 300 --logs $LOGD/sanitize \
+  [ "${AB_MEMCHECK:-1}" = 0 ] || GGUF_QUANT_KERNELS=$KA python3 benchmarks/sanitize_suite.py --shards 8 --timeout 300 --logs $LOGD/sanitize \
     -- $AB_TESTS "${K[@]}" 2>&1 | tee "$OUTD/sanitize.md" | grep -E "^\| all |^[a-z]+: " || tail -5 "$OUTD/sanitize.md"
-  el "memcheck done"
+  [ "${AB_MEMCHECK:-1}" = 0 ] || el "memcheck done"
 fi
 rounds "" "$AB_ENV" | tee "$OUTD/ab.txt"
 if [ -n "$AB_ARGS2" ]; then
