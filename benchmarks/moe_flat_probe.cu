@@ -1,4 +1,5 @@
-// MoE pairs on ragged flat items (gemv_fast_launch.cuh: launch_moe's rflat, NOTES.md v37, v111, v112), as the host
+// MoE pairs on ragged flat items (gemv_fast_launch.cuh: launch_moe's rflat, NOTES.md v37, v111, v112; its one-run
+// form bflat, v113: K = 256, 768, "flat run" below, taking the weights 16-byte aligned as torch allocates them), as the host
 // chooses them: for IQ4_XS rows at each case, the x rows with records (all, or a CTA's own pairs: local), the stream
 // kernel's choice (warps a CTA, CTAs, shared memory) and the local recount launch_choice makes for the chosen grid;
 // "declined" where choose_stream returns no choice (e.g. more groups of records a thread than its warp reads stages),
@@ -25,12 +26,16 @@ void show(int K, int N, int tokens, int top_k, bool x_a_pair) {
   const int nx = xr.nx;
   const bool local = xr.local;
   const size_t recs = (size_t)nx * stream_rec_stride<T, 1>(K);
-  const bool rflat = flat_rag_units<T>(K, N);  // as launch_moe's
+  const bool rflat = flat_rag_units<T>(K, N);
+  const int64_t rb = packed_row_bytes<T>(K);
+  const bool bflat = T == IQ4_XS && rflat && K % flat_item_elems<T, false, true>() == 0 && rn <= 4 &&
+                     rb == (int64_t)rn * flat_item_bytes<T, false, true>() && (N * rb) % 16 == 0;  // as launch_moe's
   FastArgs a = {};
-  a.N = N; a.K = K; a.M = 1; a.P = P; a.nx = nx; a.local = local; a.x_div = x_div; a.row_bytes = packed_row_bytes<T>(K);
-  const StreamChoice ch = rflat ? stream_choice<T, __nv_bfloat16, true, 1, true, true>(
-                                      a, P * (N / flat_rows(rn)), recs + ((size_t)P * 4 + 15) / 16 * 16)
-                                : StreamChoice{0, 0, 0, 0, 0, 0};
+  a.N = N; a.K = K; a.M = 1; a.P = P; a.nx = nx; a.local = local; a.x_div = x_div; a.row_bytes = rb;
+  const size_t fixed = recs + ((size_t)P * 4 + 15) / 16 * 16;
+  const StreamChoice ch = bflat   ? stream_choice<T, __nv_bfloat16, true, 1, false, true, true>(a, P * (N / flat_rows(rn)), fixed)
+                          : rflat ? stream_choice<T, __nv_bfloat16, true, 1, true, true>(a, P * (N / flat_rows(rn)), fixed)
+                                  : StreamChoice{0, 0, 0, 0, 0, 0};
   int rows = nx;
   size_t smem = ch.smem;
   if (ch.WPC && local) {  // launch_choice's recount for the chosen grid
@@ -41,7 +46,7 @@ void show(int K, int N, int tokens, int top_k, bool x_a_pair) {
          local ? "yes" : "no", nx, recs);
   if (!rflat) printf(" | | | | not flat |\n");
   else if (!ch.WPC) printf(" | | | | declined |\n");
-  else printf(" %d | %d | %d | %zu | flat |\n", ch.WPC, ch.ctas, rows, smem);
+  else printf(" %d | %d | %d | %zu | %s |\n", ch.WPC, ch.ctas, rows, smem, bflat ? "flat run" : "flat");
 }
 
 int main(int argc, char** argv) {

@@ -789,7 +789,8 @@ def test_moe_matmul_flat_ragged_iq4xs(dtype, x3d, rng):
     T = 1 and 8 (64 pairs: past moe_group_min, where these rows went to the tile kernel grouped by expert); an expert
     twice, unroutable ids (-1, E). N not a multiple of 16 (40, 20, 6, 2003) keeps the row pairs or the tile kernel.
     The launch, where CUPTI is free: the ragged flat form (gemv_stream_kernel with MOE, RAG and ONE) exactly there
-    and where GGUF_KERNELS_FAST_FLAT is not 0 (benchmarks/moe_flat_probe.cu: the host's choice for these cases)."""
+    and where GGUF_KERNELS_FAST_FLAT is not 0 (benchmarks/moe_flat_probe.cu: the host's choice for these cases); at
+    K = 256 and 768 (at most 4 blocks a row) its one-run form in its place (v113: MOE, ONE and MR, not RAG)."""
     E, top_k = 16, 8
     flat_on = os.environ.get("GGUF_KERNELS_FAST_FLAT") != "0"
     for K, N, T in [(768, 2048, 1), (768, 2048, 8), (768, 48, 3), (768, 40, 3), (256, 48, 8), (1280, 32, 1),
@@ -803,9 +804,11 @@ def test_moe_matmul_flat_ragged_iq4xs(dtype, x3d, rng):
         x = torch.randn((T, top_k, K) if x3d else (T, K), device=DEV, dtype=dtype)
         names = kernels_launched(lambda: check_moe_with_unroutable(x, packed, w, ids, "IQ4_XS", TOL[dtype]))
         if names:
-            rflat = any(a.get("MOE") == "true" and a.get("RAG") == "true" and a.get("ONE") == "true"
-                        for a in map(stream_args, names))
-            assert rflat == (flat_on and N % 16 == 0), (K, N, T, names)
+            args = [a for a in map(stream_args, names) if a.get("MOE") == "true" and a.get("ONE") == "true"]
+            rflat = any(a.get("RAG") == "true" for a in args)
+            brun = any(a.get("RAG") == "false" and a.get("MR") == "true" for a in args)
+            flat = flat_on and N % 16 == 0
+            assert (rflat, brun) == (flat and K > 1024, flat and K <= 1024), (K, N, T, names)
 
 
 @pytest.mark.parametrize("flat", ["0", "4"])

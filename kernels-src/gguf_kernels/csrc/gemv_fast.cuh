@@ -308,6 +308,19 @@ template <> struct FT<IQ4_XS> {
   // MoE rows, v112)
   template <bool I8 = true, int NB = 2, class F>
   static GQ_HD void chunk(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
+    // v114, NB = 1 only: the tables' first words (PRMT's first source) in general registers. As constants ptxas keeps
+    // each in a uniform register and copies it (IMAD.U32 R, RZ, RZ, UR) before almost every PRMT, ~58 instructions a
+    // stage; XOR-ed with a shfl.sync of 0 (all 32 lanes run the mma), opaque when ptxas picks uniform registers and
+    // folded away after, they stay in two general registers. For every NB it made MoE's pairs kernel spill 90 bytes.
+    uint32_t tp = IQ4P_T0, tq = IQ4Q_T0;
+#if defined(__CUDA_ARCH__)
+    if constexpr (I8 && NB == 1) {
+      uint32_t z;
+      asm volatile("shfl.sync.bfly.b32 %0, %1, 1, 0x1f, 0xffffffff;" : "=r"(z) : "r"(0u));
+      tp ^= z;
+      tq ^= z;
+    }
+#endif
 #pragma unroll
     for (int s = 0; s < NB; ++s) {
       const uint8_t* b = rg + BB * s;
@@ -323,10 +336,10 @@ template <> struct FT<IQ4_XS> {
         if constexpr (I8) {  // A[0] the P fragment, A[1] the Q one: rows g (w), g + 8 (w8), k 4c + j, then 16 + 4c + j
           const uint32_t q = w ^ 0x88888888u, q8 = w8 ^ 0x88888888u;
           const uint32_t w16 = shr_fma<16>(w), w816 = shr_fma<16>(w8), q16 = shr_fma<16>(q), q816 = shr_fma<16>(q8);
-          A[0][0] = prmt_sx(IQ4P_T0, IQ4P_T1, w);   A[0][1] = prmt_sx(IQ4P_T0, IQ4P_T1, w8);
-          A[0][2] = prmt_sx(IQ4P_T0, IQ4P_T1, w16); A[0][3] = prmt_sx(IQ4P_T0, IQ4P_T1, w816);
-          A[1][0] = prmt_sx(IQ4Q_T0, IQ4Q_T1, q);   A[1][1] = prmt_sx(IQ4Q_T0, IQ4Q_T1, q8);
-          A[1][2] = prmt_sx(IQ4Q_T0, IQ4Q_T1, q16); A[1][3] = prmt_sx(IQ4Q_T0, IQ4Q_T1, q816);
+          A[0][0] = prmt_sx(tp, IQ4P_T1, w);   A[0][1] = prmt_sx(tp, IQ4P_T1, w8);
+          A[0][2] = prmt_sx(tp, IQ4P_T1, w16); A[0][3] = prmt_sx(tp, IQ4P_T1, w816);
+          A[1][0] = prmt_sx(tq, IQ4Q_T1, q);   A[1][1] = prmt_sx(tq, IQ4Q_T1, q8);
+          A[1][2] = prmt_sx(tq, IQ4Q_T1, q16); A[1][3] = prmt_sx(tq, IQ4Q_T1, q816);
         } else {
           lut_pairs(w, w8, IQ4U_T0, IQ4U_T1, IQ4U_T2, IQ4U_T3, A);
         }
@@ -707,34 +720,40 @@ GQ_HD int slot_row(int j, int last) {
 // projection: 3) take items of one block (flat_blocks, v112), half a chunk as Q6_K's super-blocks are, where chunk
 // items (v111) left every row's last one half zeros (a quarter of the stage's decode at K = 768); rows of an odd
 // count of items, so units of 16 rows, a stage per item of a row.
-template <int T, bool RAG> GQ_HD constexpr bool flat_blocks() { return RAG && T == IQ4_XS; }
-template <int T, bool RAG> GQ_HD constexpr bool flat_half() { return FT<T>::MIS || flat_blocks<T, RAG>(); }
-template <int T, bool RAG = false> GQ_HD constexpr int flat_item_bytes() {
-  return flat_half<T, RAG>() ? FT<T>::CB / 2 : FT<T>::CB;
+// BR (v113, the kernel's MR on flat items): those one-block items on the aligned form, where a unit's 16 rows are one
+// 16-byte aligned run (16 x 136 x n bytes) and a row holds at most 4 items (K = 256, 768): each stage one contiguous
+// copy of 16 items, as Q6_K's super-blocks, in place of RAG's copy an item at its own offset.
+template <int T, bool RAG, bool BR = false> GQ_HD constexpr bool flat_blocks() { return (RAG || BR) && T == IQ4_XS; }
+template <int T, bool RAG, bool BR = false> GQ_HD constexpr bool flat_half() {
+  return FT<T>::MIS || flat_blocks<T, RAG, BR>();
 }
-template <int T, bool RAG = false> GQ_HD constexpr int flat_item_elems() {
-  return FT<T>::CE * flat_item_bytes<T, RAG>() / FT<T>::CB;
+template <int T, bool RAG = false, bool BR = false> GQ_HD constexpr int flat_item_bytes() {
+  return flat_half<T, RAG, BR>() ? FT<T>::CB / 2 : FT<T>::CB;
 }
-template <int T> GQ_HD int flat_items(int K) { return K / flat_item_elems<T>(); }
-template <int T, bool RAG> GQ_HD int flat_row_items(int K) {
-  return RAG ? (K + flat_item_elems<T, RAG>() - 1) / flat_item_elems<T, RAG>() : flat_items<T>(K);
+template <int T, bool RAG = false, bool BR = false> GQ_HD constexpr int flat_item_elems() {
+  return FT<T>::CE * flat_item_bytes<T, RAG, BR>() / FT<T>::CB;
 }
-template <int T, bool RAG> GQ_HD constexpr int flat_slot_bytes() {
-  return RAG ? (flat_item_bytes<T, RAG>() + 15 + 15) / 16 * 16 : flat_item_bytes<T>();
+template <int T, bool BR = false> GQ_HD int flat_items(int K) { return K / flat_item_elems<T, false, BR>(); }
+template <int T, bool RAG, bool BR = false> GQ_HD int flat_row_items(int K) {
+  return RAG ? (K + flat_item_elems<T, RAG>() - 1) / flat_item_elems<T, RAG>() : flat_items<T, BR>(K);
+}
+template <int T, bool RAG, bool BR = false> GQ_HD constexpr int flat_slot_bytes() {
+  return RAG ? (flat_item_bytes<T, RAG>() + 15 + 15) / 16 * 16 : flat_item_bytes<T, false, BR>();
 }
 // whether gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE> is the flat form: ONE on MoE pairs at MT = 1
 GQ_HD constexpr bool stream_flat(bool MOE, int MT, bool ONE) { return MOE && ONE && MT == 1; }
 GQ_HD constexpr int flat_rows(int n) { return 16 / (n & -n); }
 GQ_HD constexpr int flat_stages(int n) { return n / (n & -n); }
 // gemv_stream_kernel<T, ., MOE, MT, RAG, ONE>'s unit at K: its rows (FLAT: flat_rows of a row's items;
-// else 2 MT) and its stages (FLAT: flat_stages; else 8 / MT chunks a stage), for the kernel and its launch
-template <int T, bool MOE, int MT, bool RAG, bool ONE>
+// else 2 MT) and its stages (FLAT: flat_stages; else 8 / MT chunks a stage), for the kernel and its launch (MR on
+// flat items: BR's one-block items)
+template <int T, bool MOE, int MT, bool RAG, bool ONE, bool MR = false>
 GQ_HD int stream_unit_rows(int K) {
-  return stream_flat(MOE, MT, ONE) ? flat_rows(flat_row_items<T, RAG>(K)) : 2 * MT;
+  return stream_flat(MOE, MT, ONE) ? flat_rows(flat_row_items<T, RAG, MR>(K)) : 2 * MT;
 }
-template <int T, bool MOE, int MT, bool RAG, bool ONE>
+template <int T, bool MOE, int MT, bool RAG, bool ONE, bool MR = false>
 GQ_HD int stream_unit_stages(int K) {
-  return stream_flat(MOE, MT, ONE) ? flat_stages(flat_row_items<T, RAG>(K))
+  return stream_flat(MOE, MT, ONE) ? flat_stages(flat_row_items<T, RAG, MR>(K))
                                    : (StreamRecs<T>::chunks(K) + 8 / MT - 1) / (8 / MT);
 }
 constexpr int kFlatItemBytes = 48 * 4;
@@ -758,7 +777,7 @@ GQ_HD constexpr size_t ks_meet_bytes(int Z) { return (size_t)(Z - 1) * kKsSums *
 // 4-byte alignment (chunk_ragged); B's column j holds x's item of slot 8 s + j. A row g's product is
 // kept in column g (lane c = g >> 1, element g & 1), A row g + 8's in column g ^ 4 (lane (g >> 1) ^ 2,
 // element 2 + (g & 1)): again one product a lane for half the lanes.
-template <int T, bool RAG = false> struct FlatLane {
+template <int T, bool RAG = false, bool BR = false> struct FlatLane {
   int item, k, elem;
   bool kept, hi;
   GQ_HD FlatLane(int s, int g, int c, int n) {
@@ -781,7 +800,7 @@ template <int T, bool RAG = false> struct FlatLane {
   // x item j's records from the start of a row's (StreamRecs): `stride` a chunk's, `gr` a group's (flat_half:
   // an item is half a chunk)
   static GQ_HD size_t rec(int j, size_t stride, int gr) {
-    return flat_half<T, RAG>() ? (size_t)(j >> 1) * stride + (size_t)(j & 1) * (FT<T>::CE / FT<T>::GS / 2) * gr
+    return flat_half<T, RAG, BR>() ? (size_t)(j >> 1) * stride + (size_t)(j & 1) * (FT<T>::CE / FT<T>::GS / 2) * gr
                                : (size_t)j * stride;
   }
   // RAG: the unit row and item of A row a (< 16) of stage s

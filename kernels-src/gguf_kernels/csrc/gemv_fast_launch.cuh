@@ -316,8 +316,8 @@ template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool
 StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   const int sms = num_sms();
   const int S = knob_s() ? knob_s() : 2;
-  constexpr bool FLAT = stream_flat(MOE, MT, ONE);  // stages of 16 items, and the item sums
-  constexpr size_t stage = FLAT ? 16 * flat_slot_bytes<T, RAG>() : 2 * MT * stream_rs<T, MT, RAG>();
+  constexpr bool FLAT = stream_flat(MOE, MT, ONE);  // stages of 16 items, and the item sums (MR: BR's, v113)
+  constexpr size_t stage = FLAT ? 16 * flat_slot_bytes<T, RAG, FLAT && MR>() : 2 * MT * stream_rs<T, MT, RAG>();
   // tensor-map copies (NOTES.md v72, v73): the records padded to 128 bytes, a barrier a stage buffer
   constexpr bool BULK = stream_bulk<T, MOE, MT, RAG, ONE, false>();
   const size_t fx = stream_recs_end(fixed, BULK);
@@ -375,7 +375,8 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   if (!best.WPC) return best;
   const int per_thread = (groups + 32 * best.WPC - 1) / (32 * best.WPC);  // records each thread builds
   // MR (Q6_K rows that are not 16-byte multiples) up to 12 groups a thread: gemv_mma_kernel is what it declines to
-  constexpr int max_groups = MR ? 12 : 8;
+  // (not BR, MR on flat items: 8, as v112's ragged flat items)
+  constexpr int max_groups = MR && !FLAT ? 12 : 8;
   if ((!best.split && 2 * units < best_cap && nst > 16) || per_thread > max_groups ||
       (per_thread > 4 && per_thread > per_warp))
     return StreamChoice{0, 0, 0, 0, 0, 0};
@@ -384,7 +385,7 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
 
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool MR = false>
 StreamChoice stream_choice(const FastArgs& a, int units, size_t fixed) {
-  const int nch = StreamRecs<T>::chunks(a.K), nst = stream_unit_stages<T, MOE, MT, RAG, ONE>(a.K);
+  const int nch = StreamRecs<T>::chunks(a.K), nst = stream_unit_stages<T, MOE, MT, RAG, ONE, MR>(a.K);
   return choose_stream<T, XT, MOE, MT, RAG, ONE, MR>(units, fixed, nst,
                                                  (MOE ? a.nx : ONE ? 1 : MT) * nch * (FT<T>::CE / FT<T>::GS));
 }
@@ -495,7 +496,7 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   // MoE over hit experts: the units were counted for the most hits, so a CTA on every SM
   if constexpr (MOE && MT == 8) ch.ctas = num_sms();
   if (MOE && a.local) {  // the records of the rows the chosen CTAs meet (a.nx was the guess for one a SM)
-    const int RU = stream_unit_rows<T, MOE, MT, RAG, ONE>(a.K);
+    const int RU = stream_unit_rows<T, MOE, MT, RAG, ONE, MR>(a.K);
     const int rows = local_rows(a.P, a.N, RU, a.x_div, ch.ctas);
     ch.smem += ((int64_t)rows - a.nx) * (int64_t)stream_rec_stride<T, MT>(a.K);
     a.nx = rows;
@@ -1330,6 +1331,12 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     const bool rrag = rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes);
     const bool rflat = flat_rag<T>() && rag && knob_flat() > 0 && flat_rag_units<T>(K, N) && ((uintptr_t)ga.w & 3) == 0 &&
                        rrag;
+    // IQ4_XS's ragged rows as one aligned run a unit (BR, v113): rows of at most 4 one-block items (K = 256, 768) of
+    // 136 bytes each, 16-byte aligned experts and weights, so that a unit's 16 rows are one 16-byte aligned run and
+    // each stage one contiguous copy (Q6_K's); the other ragged flat rows (K = 1280, 1792, 3840) keep v112's items
+    const bool bflat = T == IQ4_XS && rflat && K % flat_item_elems<T, false, true>() == 0 && rfn <= 4 &&
+                       ga.row_bytes == (int64_t)rfn * flat_item_bytes<T, false, true>() && ga.expert_bytes % 16 == 0 &&
+                       ((uintptr_t)ga.w & 15) == 0;
     if (rag && !flat && !(rflat && T == IQ4_XS) && (rn < min_chunks || !rrag)) return cudaErrorNotSupported;
     if (ga.x_stride % 8 != 0) return cudaErrorNotSupported;
     const MoeXRows xr = moe_x_rows(P, N, ga.x_div);
@@ -1348,6 +1355,15 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
       const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 1, false, true>(a, units, fixed, stream)
                                               : launch_stream<T, __half, true, 1, false, true>(a, units, fixed, stream);
       if (e != cudaErrorNotSupported || rag) return e;
+    }
+    if constexpr (T == IQ4_XS) {
+      if (bflat) {
+        const int units = P * (N / flat_rows(rfn));
+        const cudaError_t e = xt == DType::BF16
+                                  ? launch_stream<T, __nv_bfloat16, true, 1, false, true, true>(a, units, fixed, stream)
+                                  : launch_stream<T, __half, true, 1, false, true, true>(a, units, fixed, stream);
+        if (e != cudaErrorNotSupported) return e;
+      }
     }
     if constexpr (flat_rag<T>()) {
       if (rflat) {

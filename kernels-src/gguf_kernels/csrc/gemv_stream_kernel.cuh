@@ -161,9 +161,11 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   // RAG (MXFP4 rows of 4k + 2 bytes, NOTES.md v37): items are chunks (the last one short), A rows g, g + 8
   // the even and odd rows of two (row pair, item) slots (FlatLane), each item at its own offset in a slot;
   // IQ4_XS's (v112): items of one block (flat_blocks)
-  constexpr bool FLAT = stream_flat(MOE, MT, ONE);
-  constexpr int IB = flat_item_bytes<T, RAG>(), FSB = flat_slot_bytes<T, RAG>();  // FLAT: bytes an item, a slot
-  using FL = FlatLane<T, RAG && FLAT>;
+  // MR on flat items (BR, v113): IQ4_XS's ragged rows whose unit of 16 rows is one 16-byte aligned run, of at most 4
+  // one-block items a row (K = 256, 768), on the aligned form: a stage one contiguous copy (as Q6_K's)
+  constexpr bool FLAT = stream_flat(MOE, MT, ONE), BR = FLAT && MR;
+  constexpr int IB = flat_item_bytes<T, RAG, BR>(), FSB = flat_slot_bytes<T, RAG, BR>();  // FLAT: bytes an item, a slot
+  using FL = FlatLane<T, RAG && FLAT, BR>;
   static_assert(!KS || (MT == 8 && !MOE && !RAG), "K split over a cluster: dense MT = 8");
   static_assert(!GZ || KS, "GZ: the K split over a plain grid");
   // GU (NOTES.md v86): the grid's warps read several units each (units gw, gw + GW, ...), where one a warp
@@ -175,7 +177,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   // the per-row offsets cost M = 2 5% on 16-byte rows): row r of a unit starts (r x row_bytes) & 15 past the first's
   // alignment, and each row's stage is copied from the 16-byte boundary below its own start (the BULK forms: a 1-D
   // bulk copy a row, which no tensor map spans), so its chunks sit at its own offset in its slot
-  static_assert(!MR || (FT<T>::MIS && !MOE && !RAG && !FLAT && (KS || MT == 2)), "MR: dense Q6_K, MT = 2 or the K split");
+  static_assert(!MR || (FT<T>::MIS && !MOE && !RAG && !FLAT && (KS || MT == 2)) || (T == IQ4_XS && FLAT && !RAG),
+                "MR: dense Q6_K, MT = 2 or the K split; or IQ4_XS's flat items as one run (BR)");
   // IBLK (NOTES.md v109): an int8 type's forms add each block's kept products as integers, on records in the block
   // form (StreamRecs::group_blk: one sigma a 256-element block); but MoE's ONE, which keeps a sigma a group (its
   // integer pick spills 114-158 bytes with MoE's registers)
@@ -195,9 +198,9 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   // b % a.gz) from a.kx on one chunk fewer, where K's chunks do not split equally (25600 = 50 chunks of 512 into 4)
   const int N = a.N, K = GZ && (int)blockIdx.x % a.gz >= a.kx ? a.K - L::CE : a.K, S = a.S;
   const int nch = R::chunks(K);
-  const int fn = FLAT ? flat_row_items<T, RAG>(K) : 0;  // FLAT: items a row
-  const int nst = stream_unit_stages<T, MOE, MT, RAG, ONE>(K);
-  const int RU = stream_unit_rows<T, MOE, MT, RAG, ONE>(K);  // rows a unit
+  const int fn = FLAT ? flat_row_items<T, RAG, BR>(K) : 0;  // FLAT: items a row
+  const int nst = stream_unit_stages<T, MOE, MT, RAG, ONE, BR>(K);
+  const int RU = stream_unit_rows<T, MOE, MT, RAG, ONE, BR>(K);  // rows a unit
   const size_t RB = stream_rec_stride<T, MT>(GZ ? a.K : K);  // one x row's records
   const int nx = MOE ? a.nx : ONE ? 1 : MT;
   const auto rec_off = [&](int xr) { return stream_rec_off(xr, RB, MT); };
@@ -430,7 +433,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
           const int x0 = (GZ ? cs : rank * nch) * L::CB + b0 - mis;  // the stage's first byte in a row
           tensor_copy_2d((uint32_t)__cvta_generic_to_shared(d), &wm.map, x0 / E, RU * ip, sbar + st);
         }
-      } else if constexpr (FLAT && L::MIS) {  // one contiguous run (the other types: the M = 1 form's two)
+      } else if constexpr (FLAT && flat_half<T, RAG, BR>()) {  // one contiguous run of half-chunk items (Q6_K, BR; the
+                                                               // other types: the M = 1 form's two)
 #pragma unroll
         for (int k = 0; k < (IB + 31) / 32; ++k) {
           const int pc = lane + 32 * k;
@@ -809,7 +813,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       else L::chunk(rg, rg8, c, all);
     } else if constexpr (FLAT && IBLK) {  // v109: the lane's one kept product a group (element fl.elem of its A row's
                                           // item) as integers a block (BlockSums), scaled once a block
-      static_assert(!L::MIS, "flat items of whole chunks, or RAG's of one block (v112)");
+      static_assert(!L::MIS, "flat items of whole chunks, or RAG's and BR's of one block (v112, v113)");
       const uint8_t* myc = fl.hi ? rg8 : rg;
       const int fe = fl.elem;
       BlockSums<1> bs;
@@ -826,7 +830,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
           if (fl.kept) acc[0] = fmaf(f16v(myc + bo) * *reinterpret_cast<const float*>(Sp + (q - j) * GR), v, acc[0]);
         }
       };
-      if constexpr (flat_blocks<T, RAG>()) L::template chunk<true, 1>(rg, rg8, c, each);  // a block of each A row
+      if constexpr (flat_blocks<T, RAG, BR>()) L::template chunk<true, 1>(rg, rg8, c, each);  // a block of each A row
       else if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, each);
       else L::chunk(rg, rg8, c, each);
       if (fl.kept) itm[fl.item] = acc[0];  // the item's sum (each item is kept by one lane)

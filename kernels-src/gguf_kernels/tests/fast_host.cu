@@ -143,8 +143,8 @@ static void mma_group(const Rec* recs, int stride, int STEPS, float (*D)[4], BRe
 // One lane's decode of one chunk of rows rg, rg8: the A fragments and scales of each group, into
 // out[0 .. groups of the chunk) (RAG: as gemv_stream_kernel decodes ragged rows, chunk_ragged; ITEM: a
 // flat item, which for Q6_K is one super-block of each, rg8 2 bytes past 4-byte alignment, and for IQ4_XS's
-// ragged rows one block of each, flat_blocks).
-template <int T, bool RAG = false, bool ITEM = false, bool I8 = fast_i8<T>()>
+// ragged rows one block of each, flat_blocks; BR: the same on the aligned form, v113).
+template <int T, bool RAG = false, bool ITEM = false, bool I8 = fast_i8<T>(), bool BR = false>
 static void decode_chunk(const uint8_t* rg, const uint8_t* rg8, int c, Rec* out) {
   const auto f = [&](int q, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
     Rec& rc = out[q];
@@ -152,7 +152,7 @@ static void decode_chunk(const uint8_t* rg, const uint8_t* rg8, int c, Rec* out)
     rc.sg = sg; rc.sg8 = sg8; rc.og = og; rc.og8 = og8;
     rc.seen = true;
   };
-  if constexpr (ITEM && flat_blocks<T, RAG>()) FT<T>::template chunk<I8, 1>(rg, rg8, c, f);
+  if constexpr (ITEM && flat_blocks<T, RAG, BR>()) FT<T>::template chunk<I8, 1>(rg, rg8, c, f);
   else if constexpr (RAG) chunk_ragged<T>(rg, rg8, c, f);
   else if constexpr (ITEM && FT<T>::MIS) FT<T>::template sb<0, 2>(rg, rg8, c, 0, f);
   else chunk_as<T, I8>(rg, rg8, c, f);
@@ -600,18 +600,20 @@ static int run_stream_one(const uint8_t* w, int R, int64_t rb, int K, const floa
 // odd count of blocks, K up to 3840: items of one block, v112); A row a
 // of a stage holds FlatLane::slot's (row, item), copied as the kernel does to its own offset in its slot
 // (the rows' base taken 16-byte aligned), zero-filled past the row's end; bytes no copy writes hold 0xFF.
-template <int T, bool RAG>
+// BR (IQ4_XS's ragged rows of at most 4 one-block items, v113: the kernel's MR on flat items): the aligned form's
+// stages (one contiguous copy of 16 items, each 16-byte aligned in the rows) with one-block items.
+template <int T, bool RAG, bool BR = false>
 static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const float* x, float* out) {
   using L = FT<T>;
   using SR = StreamRecs<T>;
-  using FL = FlatLane<T, RAG>;
-  constexpr int IB = flat_item_bytes<T, RAG>(), FSB = flat_slot_bytes<T, RAG>();
+  using FL = FlatLane<T, RAG, BR>;
+  constexpr int IB = flat_item_bytes<T, RAG, BR>(), FSB = flat_slot_bytes<T, RAG, BR>();
   const int GPI = L::CE / L::GS * IB / L::CB, STEPS = L::STEPS, BREC = Prep<T>::BREC, GR = Prep<T>::gr(1);
-  const int n = flat_row_items<T, RAG>(K);
+  const int n = flat_row_items<T, RAG, BR>(K);
   if (RAG ? (T != MXFP4 && T != IQ4_XS) || K % Traits<T>::BLOCK || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES ||
                 rb % 4 != (T == MXFP4 ? 2 : 0) || rb % 16 == 0 ||
                 n * flat_rows(n) > flat_sum_bytes<T, RAG>() / 4
-          : n < 1 || n > 4 || K != n * (L::CE * IB / L::CB) || rb != (int64_t)n * IB)
+          : n < 1 || n > 4 || K != n * (L::CE * IB / L::CB) || rb != (int64_t)n * IB || (BR && (T != IQ4_XS || rb % 16 == 0)))
     return 2;
   if (R % flat_rows(n)) return 2;
   const int RU = flat_rows(n), nst = flat_stages(n), nch = SR::chunks(K);
@@ -644,8 +646,10 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
           std::memset(st + a * FSB + mis[a], 0, IB);
           std::memcpy(st + a * FSB + mis[a], w + start, (size_t)nb);
         }
-      } else {
-        std::memcpy(st, w + (int64_t)row0 * rb + (int64_t)16 * s * IB, (size_t)16 * IB);
+      } else {  // one run (the kernel's 16-byte pieces: its start 16-byte aligned, BR's too)
+        const int64_t start = (int64_t)row0 * rb + (int64_t)16 * s * IB;
+        if (start % 16) { std::fprintf(stderr, "a stage's run off 16-byte alignment\n"); return 4; }
+        std::memcpy(st, w + start, (size_t)16 * IB);
       }
       std::vector<Rec> rcs(32 * GPI);
       const uint8_t* rg[32];
@@ -659,7 +663,7 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
         } else {
           rg[lane] = st + (L::MIS ? 2 * IB : IB) * g;
           rg8[lane] = rg[lane] + (L::MIS ? IB : 8 * IB);
-          decode_chunk<T, false, true>(rg[lane], rg8[lane], c, &rcs[lane * GPI]);
+          decode_chunk<T, false, true, fast_i8<T>(), BR>(rg[lane], rg8[lane], c, &rcs[lane * GPI]);
         }
       }
       std::vector<float> D((size_t)GPI * 32 * 4);
@@ -747,6 +751,12 @@ extern "C" int fast_matmul_stream_flat(int t, const uint8_t* w, int R, long long
 extern "C" int fast_matmul_stream_flat_ragged(int t, const uint8_t* w, int R, long long rb, int K, const float* x,
                                               float* out) {
   return with_fast_type(t, 1, [&](auto T) { return run_stream_flat<decltype(T)::value, true>(w, R, rb, K, x, out); });
+}
+
+// BR (v113): IQ4_XS's ragged rows of at most 4 one-block items, each stage one run
+extern "C" int fast_matmul_stream_flat_run(int t, const uint8_t* w, int R, long long rb, int K, const float* x,
+                                           float* out) {
+  return with_fast_type(t, 1, [&](auto T) { return run_stream_flat<decltype(T)::value, false, true>(w, R, rb, K, x, out); });
 }
 
 extern "C" int fast_matmul_stream(int t, const uint8_t* w, int R, long long rb, int K, const float* x, int M,

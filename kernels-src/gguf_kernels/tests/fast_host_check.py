@@ -213,13 +213,18 @@ def main():
                             f"MXFP4   K={K:5d} M=1 ragged flat, {n} items")
     # IQ4_XS rows of 4k bytes (136-byte blocks, v111) on one-block items (v112): K = 768 (Qwen3-30B-A3B's down
     # projection: 3 items, 16 rows a unit of 3 stages), 256, 1280, 1792, 3840 (15 items, the most the item sums
-    # hold); two units each
+    # hold); two units each. K = 256 and 768 (at most 4 items a row) as the launch takes them since v113: each
+    # stage one run (BR, fast_matmul_stream_flat_run); the per-item form there too
     for K in (256, 768, 1280, 1792, 3840):
         n = K // 256
         R = 2 * 16 // (n & -n)
         packed, w = random_rows("IQ4_XS", R, K, rng)
-        bad += not check_m1(lib.fast_matmul_stream_flat_ragged, "IQ4_XS", packed, w, K, wide_x(rng, 1, K), R,
+        x = wide_x(rng, 1, K)
+        bad += not check_m1(lib.fast_matmul_stream_flat_ragged, "IQ4_XS", packed, w, K, x, R,
                             f"IQ4_XS  K={K:5d} M=1 ragged flat, {n} items")
+        if n <= 4:
+            bad += not check_m1(lib.fast_matmul_stream_flat_run, "IQ4_XS", packed, w, K, x, R,
+                                f"IQ4_XS  K={K:5d} M=1 flat one run (BR), {n} items")
     # FT<T>::scale (a lane reading one group's scale itself) against the scales chunk() passes
     for name in TYPES:
         K = 4096
