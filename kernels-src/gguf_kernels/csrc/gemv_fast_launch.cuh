@@ -319,7 +319,7 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   constexpr bool FLAT = stream_flat(MOE, MT, ONE);  // stages of 16 items, and the item sums (MR: BR's, v113)
   constexpr size_t stage = FLAT ? 16 * flat_slot_bytes<T, RAG, FLAT && MR>() : 2 * MT * stream_rs<T, MT, RAG>();
   // tensor-map copies (NOTES.md v72, v73): the records padded to 128 bytes, a barrier a stage buffer
-  constexpr bool BULK = stream_bulk<T, MOE, MT, RAG, ONE, false>();
+  constexpr bool BULK = stream_bulk<T, MOE, MT, RAG, ONE, false, MR>();
   const size_t fx = stream_recs_end(fixed, BULK);
   const auto smem_for = [&](int WPC) {
     return fx + (size_t)WPC * (S * (stage + (BULK ? kStageBarBytes : 0)) + (FLAT ? flat_sum_bytes<T, RAG>() : 0));
@@ -512,7 +512,7 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   const cudaError_t e = stream_attrs<T, XT, MOE, MT, RAG, ONE, false, false, false, MR>();
   if (e != cudaSuccess) return e;
   const size_t smem = pdl ? std::max(ch.smem, one_cta_an_sm_smem()) : ch.smem;
-  if constexpr (stream_bulk<T, MOE, MT, RAG, ONE, false>()) {  // its stages by tensor map (NOTES.md v72, v73)
+  if constexpr (stream_bulk<T, MOE, MT, RAG, ONE, false, MR>()) {  // its stages by tensor map (NOTES.md v72, v73)
     WeightMap<true> wm;
     if (!MR && !encode_weight_map<T, MT>(a, wm)) return cudaErrorNotSupported;
     return launch_kernel(kernel, dim3(ch.ctas), dim3(32 * ch.WPC), smem, stream, pdl, a, wm);

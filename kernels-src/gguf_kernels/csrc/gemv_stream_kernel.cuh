@@ -27,10 +27,13 @@ GQ_HD constexpr int stream_map_elem() {
 // 13824 -> 5120 Q4_K 16.25 -> 14.8, Q5_K 20.5 -> 19.1, Q6_K (14336 -> 4096) 17.95 -> 16.45, MXFP4 17.7 -> 16.05,
 // IQ4_XS 22.1 -> 20.55; the row pairs (Q4_0, Q4_K, Q5_K) -0.2 to +0.25 (Q4_0 4096 -> 4096 4.5 -> 4.7). Q8_0's ONE
 // lost with the maps' 256-byte L2 promotion (4096 -> 14336 17.0 -> 18.1) and gains with 128 bytes' (v77: 17.15 ->
-// 16.7, 8192 -> 8192 19.6 -> 19.0)
-template <int T, bool MOE, int MT, bool RAG, bool ONE, bool KS>
+// 16.7, 8192 -> 8192 19.6 -> 19.0). v108: the plain dense MT = 2, 4, 8 launches too (their generic cp.async form spent
+// 6-27% of the stage loop on per-piece 64-bit addresses: IQ4_XS MT = 4 1132 -> 934 instructions, Q8_0 620 -> 459),
+// but MR's MT = 2 (rows that are not 16-byte multiples, whose BULK form is a 1-D copy a row: +24% there)
+template <int T, bool MOE, int MT, bool RAG, bool ONE, bool KS, bool MR = false>
 GQ_HD constexpr bool stream_bulk() {
-  return KS || (!MOE && !RAG && MT == 2 && ONE && stream_rs<T, MT, false>() <= 8 * 256);
+  return KS || (!MOE && !RAG && MT == 2 && ONE && stream_rs<T, MT, false>() <= 8 * 256) ||
+         (!MOE && !RAG && !ONE && !MR && (MT == 2 || MT == 4 || MT == 8));
 }
 // The shared-memory layout of those forms, which the kernel builds and the launches count: the records' end
 // padded to 128 bytes (every stage buffer 128-byte aligned, as the copies ask), and an mbarrier a stage buffer
@@ -138,7 +141,7 @@ template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool
           bool GU = false, bool MR = false>
 __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
     gemv_stream_kernel(const FastArgs a,
-                       const __grid_constant__ WeightMap<stream_bulk<T, MOE, MT, RAG, ONE, KS>()> wm) {
+                       const __grid_constant__ WeightMap<stream_bulk<T, MOE, MT, RAG, ONE, KS, MR>()> wm) {
   using L = FT<T>;
   using R = StreamRecs<T>;
   static_assert(MT == 1 || (MT == 2 && !RAG) || ((MT == 4 || MT == 8) && !MOE && !RAG) || (MT == 8 && MOE && RAG),
@@ -207,7 +210,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   uint8_t* recs = smem;
   // BULK (the K split, grid (NOTES.md v70) and clusters (v71); dense M = 1 ONE, v72): its stages copied by tensor
   // map, each buffer 128-byte aligned
-  constexpr bool BULK = stream_bulk<T, MOE, MT, RAG, ONE, KS>();
+  constexpr bool BULK = stream_bulk<T, MOE, MT, RAG, ONE, KS, MR>();
   const size_t rend = stream_recs_end(nx * RB, BULK);  // the records' end
   uint8_t* buf = recs + rend + (size_t)warp * S * STAGE;
   // FLAT: each warp's item sums of a unit (flat_sum_bytes), then the MoE tables
@@ -220,10 +223,10 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   int* hid = hexp + 64;
   uint32_t* hmask = reinterpret_cast<uint32_t*>(hid + 64);
   int* nhit = reinterpret_cast<int*>(hmask + 64 * 8);
-  // a.split (dense only, so after the stages): per unit of the CTA, the {RPU rows x MT tokens} sums of
-  // the warps that each read part of it, then the count of its stages added
+  // a.split (dense only, so after the stages, and after their barriers where BULK): per unit of the CTA, the {RPU
+  // rows x MT tokens} sums of the warps that each read part of it, then the count of its stages added
   constexpr int SLOT = split_slot(MT);
-  float* sums = reinterpret_cast<float*>(sid);
+  float* sums = reinterpret_cast<float*>(sid) + (BULK ? WPC * S * kStageBarBytes / sizeof(float) : 0);
 
   const int hN = (N + RU - 1) / RU;
   int units = MOE ? a.P * hN : hN;  // EXP: set once the hit experts are known
