@@ -28,8 +28,7 @@ void show(int K, int N, int tokens, int top_k, bool x_a_pair) {
   const size_t recs = (size_t)nx * stream_rec_stride<T, 1>(K);
   const bool rflat = flat_rag_units<T>(K, N);
   const int64_t rb = packed_row_bytes<T>(K);
-  const bool bflat = T == IQ4_XS && rflat && K % flat_item_elems<T, false, true>() == 0 && rn <= 4 &&
-                     rb == (int64_t)rn * flat_item_bytes<T, false, true>() && (N * rb) % 16 == 0;  // as launch_moe's
+  const bool bflat = rflat && flat_run_rows<T>(K, rb, N * rb);  // as launch_moe's
   FastArgs a = {};
   a.N = N; a.K = K; a.M = 1; a.P = P; a.nx = nx; a.local = local; a.x_div = x_div; a.row_bytes = rb;
   const size_t fixed = recs + ((size_t)P * 4 + 15) / 16 * 16;

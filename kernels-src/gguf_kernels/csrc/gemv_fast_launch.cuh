@@ -1286,6 +1286,16 @@ bool flat_rag_units(int K, int N) {
   const int n = flat_row_items<T, true>(K);
   return n * flat_rows(n) <= flat_sum_bytes<T, true>() / 4 && N % flat_rows(n) == 0;
 }
+// Whether rows of K (row_bytes each, experts expert_bytes apart) take IQ4_XS's one-run form of the ragged flat items
+// (BR, v113): rows of at most 4 one-block items (K = 256, 768), so that where the weights are 16-byte aligned a unit's
+// 16 rows are one 16-byte aligned run and each stage one contiguous copy (Q6_K's); the other ragged flat rows (K = 1280,
+// 1792, 3840) keep v112's items
+template <int T>
+bool flat_run_rows(int K, int64_t row_bytes, int64_t expert_bytes) {
+  const int n = flat_row_items<T, true>(K);
+  return T == IQ4_XS && K % flat_item_elems<T, false, true>() == 0 && n <= 4 &&
+         row_bytes == (int64_t)n * flat_item_bytes<T, false, true>() && expert_bytes % 16 == 0;
+}
 template <int T>
 cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cudaStream_t stream) {
   using L = FT<T>;
@@ -1331,12 +1341,8 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     const bool rrag = rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes);
     const bool rflat = flat_rag<T>() && rag && knob_flat() > 0 && flat_rag_units<T>(K, N) && ((uintptr_t)ga.w & 3) == 0 &&
                        rrag;
-    // IQ4_XS's ragged rows as one aligned run a unit (BR, v113): rows of at most 4 one-block items (K = 256, 768) of
-    // 136 bytes each, 16-byte aligned experts and weights, so that a unit's 16 rows are one 16-byte aligned run and
-    // each stage one contiguous copy (Q6_K's); the other ragged flat rows (K = 1280, 1792, 3840) keep v112's items
-    const bool bflat = T == IQ4_XS && rflat && K % flat_item_elems<T, false, true>() == 0 && rfn <= 4 &&
-                       ga.row_bytes == (int64_t)rfn * flat_item_bytes<T, false, true>() && ga.expert_bytes % 16 == 0 &&
-                       ((uintptr_t)ga.w & 15) == 0;
+    // IQ4_XS's ragged rows as one aligned run a unit (BR, v113)
+    const bool bflat = rflat && flat_run_rows<T>(K, ga.row_bytes, ga.expert_bytes) && ((uintptr_t)ga.w & 15) == 0;
     if (rag && !flat && !(rflat && T == IQ4_XS) && (rn < min_chunks || !rrag)) return cudaErrorNotSupported;
     if (ga.x_stride % 8 != 0) return cudaErrorNotSupported;
     const MoeXRows xr = moe_x_rows(P, N, ga.x_div);
