@@ -1286,15 +1286,20 @@ bool flat_rag_units(int K, int N) {
   const int n = flat_row_items<T, true>(K);
   return n * flat_rows(n) <= flat_sum_bytes<T, true>() / 4 && N % flat_rows(n) == 0;
 }
-// Whether rows of K (row_bytes each, experts expert_bytes apart) take IQ4_XS's one-run form of the ragged flat items
-// (BR, v113): rows of at most 4 one-block items (K = 256, 768), so that where the weights are 16-byte aligned a unit's
-// 16 rows are one 16-byte aligned run and each stage one contiguous copy (Q6_K's); the other ragged flat rows (K = 1280,
-// 1792, 3840) keep v112's items
+// Whether rows of K (row_bytes each, experts expert_bytes apart) are whole flat items (flat_item_bytes<T, false, BR>),
+// at most max_items a row, every expert's rows starting 16-byte aligned: the aligned flat forms, whose stage is one run
+// of 16 items where the weights are 16-byte aligned
+template <int T, bool BR = false>
+bool flat_whole_rows(int K, int64_t row_bytes, int64_t expert_bytes, int max_items) {
+  const int n = flat_items<T, BR>(K);
+  return K % flat_item_elems<T, false, BR>() == 0 && n >= 1 && n <= max_items &&
+         row_bytes == (int64_t)n * flat_item_bytes<T, false, BR>() && expert_bytes % 16 == 0;
+}
+// Whether such rows take IQ4_XS's one-run form of the ragged flat items (BR, v113): at most 4 one-block items a row
+// (K = 256, 768); the other ragged flat rows (K = 1280, 1792, 3840) keep v112's items
 template <int T>
 bool flat_run_rows(int K, int64_t row_bytes, int64_t expert_bytes) {
-  const int n = flat_row_items<T, true>(K);
-  return T == IQ4_XS && K % flat_item_elems<T, false, true>() == 0 && n <= 4 &&
-         row_bytes == (int64_t)n * flat_item_bytes<T, false, true>() && expert_bytes % 16 == 0;
+  return T == IQ4_XS && flat_whole_rows<T, true>(K, row_bytes, expert_bytes, 4);
 }
 template <int T>
 cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cudaStream_t stream) {
@@ -1327,8 +1332,7 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     // 630 bytes at K = 768 are ragged otherwise), N a multiple of the unit's rows, every stage a 16-byte
     // aligned run
     const int fn = flat_items<T>(K);
-    const bool flat = K % flat_item_elems<T>() == 0 && fn >= 1 && fn <= knob_flat() && N % flat_rows(fn) == 0 &&
-                      ga.row_bytes == (int64_t)fn * flat_item_bytes<T>() && ga.expert_bytes % 16 == 0 &&
+    const bool flat = flat_whole_rows<T>(K, ga.row_bytes, ga.expert_bytes, knob_flat()) && N % flat_rows(fn) == 0 &&
                       ((uintptr_t)ga.w & 15) == 0;
     // ragged flat items (NOTES.md v37, v111, v112): rows_rag rows in units whose item sums fit: MXFP4 rows of 4k + 2
     // bytes (gpt-oss, K = 2880: 6 chunks, 8 rows of 3 stages) where the hit experts' units above declined (T = 1),
