@@ -12,8 +12,8 @@
 # under memcheck (its table to $OUT/sanitize.md; printed: its first line and the "all" row), before the
 # timing: a call that runs out of time keeps its verdict (AB_MEMCHECK=0 leaves memcheck to a later call). The rows
 # of every run go to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's own
-# table and log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool brings back only ~8 files (session 39 lost a tree's
-# tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice) sweeps knobs: two rows a setting;
+# table and log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool brings back only ~8 files
+# (session 39 lost a tree's tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice) sweeps knobs: two rows a setting;
 # BASE=none builds and times this tree alone (a knob sweep at half the runs: one row a setting, the default
 # AB_ROUNDS times, default 2, for its spread). A_BUILD=DIR / B_BUILD=DIR take A's / B's build from DIR (one made
 # earlier on the same machine, e.g. an earlier call's B: main's build) instead of building that tree again.
@@ -56,9 +56,11 @@ if [ -n "$AB_TESTS" ]; then
     > "$OUTD/tests.txt"
   grep -E "^(FAILED|ERROR) |[0-9]+ (passed|failed)" "$OUTD/tests.txt" | tail -8
   el "tests done"
-  [ "${AB_MEMCHECK:-1}" = 0 ] || GGUF_QUANT_KERNELS=$KA python3 benchmarks/sanitize_suite.py --shards 8 --timeout 300 --logs $LOGD/sanitize \
-    -- $AB_TESTS "${K[@]}" 2>&1 | tee "$OUTD/sanitize.md" | grep -E "^\| all |^[a-z]+: " || tail -5 "$OUTD/sanitize.md"
-  [ "${AB_MEMCHECK:-1}" = 0 ] || el "memcheck done"
+  if [ "${AB_MEMCHECK:-1}" != 0 ]; then
+    GGUF_QUANT_KERNELS=$KA python3 benchmarks/sanitize_suite.py --shards 8 --timeout 300 --logs $LOGD/sanitize \
+      -- $AB_TESTS "${K[@]}" 2>&1 | tee "$OUTD/sanitize.md" | grep -E "^\| all |^[a-z]+: " || tail -5 "$OUTD/sanitize.md"
+    el "memcheck done"
+  fi
 fi
 rounds "" "$AB_ENV" | tee "$OUTD/ab.txt"
 if [ -n "$AB_ARGS2" ]; then
