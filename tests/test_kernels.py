@@ -811,6 +811,30 @@ def test_moe_matmul_flat_ragged_iq4xs(dtype, x3d, rng):
             assert (rflat, brun) == (flat and K > 1024, flat and K <= 1024), (K, N, T, names)
 
 
+@pytest.mark.parametrize("x3d", [False, True])
+def test_moe_matmul_pairs_many_iq4xs(x3d, rng):
+    """IQ4_XS's MoE pairs past 64, up to 256 (Qwen3-30B-A3B's T = 32 of top 8), run as pairs where the tile kernel is on
+    (v115), since its grouped path is the slower: its gate (K = 2048, x a row a token) and down (K = 768, rows of 408
+    bytes; x a row a pair) shapes at T = 16 and 32 over 16 experts, an expert twice and unroutable ids (-1, E), against
+    gguf-py's dequantized weights. The launch, where CUPTI is free: the stream kernel's MoE form, no tile kernel; Q4_K's
+    256 pairs grouped by expert on the tile kernel as before."""
+    E, top_k = 16, 8
+    for name, K, N, T in [("IQ4_XS", 2048, 768, 16), ("IQ4_XS", 2048, 768, 32), ("IQ4_XS", 768, 2048, 16),
+                          ("IQ4_XS", 768, 2048, 32), ("Q4_K", 768, 2048, 32)]:
+        packed = random_packed(name, (E, N), K, rng)
+        w = ref_dequant(packed, name).double()
+        ids = torch.from_numpy(np.argsort(rng.random((T, E)), axis=1)[:, :top_k].copy()).to(DEV)
+        ids[0, 1] = ids[0, 0]
+        ids[1, 3] = -1
+        ids[T - 1, 5] = E
+        x = torch.randn((T, top_k, K) if x3d else (T, K), device=DEV, dtype=torch.bfloat16)
+        names = kernels_launched(lambda: check_moe_with_unroutable(x, packed, w, ids, name, TOL[torch.bfloat16]))
+        if names:
+            pairs = any(stream_args(n).get("MOE") == "true" for n in names)
+            tiled = any("tile_kernel" in n for n in names)
+            assert (pairs, tiled) == (name == "IQ4_XS", name != "IQ4_XS"), (name, K, N, T, names)
+
+
 @pytest.mark.parametrize("flat", ["0", "4"])
 def test_moe_matmul_flat_knob(flat):
     """GGUF_KERNELS_FAST_FLAT (read once a process): 0 keeps the 4-row form (ONE) on the flat cases and

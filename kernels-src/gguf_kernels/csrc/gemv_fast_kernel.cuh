@@ -205,16 +205,6 @@ __device__ __forceinline__ void group_imma(int (&dh)[4], int (&dl)[4], const uin
   imma16832<false>(dl, A[0], b[2], b[3]);
   imma16832<false>(dl, A[1], b[2], b[3]);
 }
-// An int of magnitude under 2^22 as float without I2F: the bits 0x4B400000 + v are 1.5 x 2^23 + v (an integer
-// add, which ptxas places, and an FADD).
-__device__ __forceinline__ float i2f22(int v) {
-  int r;
-  asm("mad.lo.s32 %0, %1, 1, 0x4B400000;" : "=r"(r) : "r"(v));
-  return __int_as_float(r) - 12582912.f;
-}
-// 256 dh + dl as float, rounded once (the FMA of two exact halves): the same value as I2F of the int sum, without
-// the conversion pipe (the ONE forms, where I2F spills).
-__device__ __forceinline__ float i8_parts_f(int dh, int dl) { return fmaf(256.f, i2f22(dh), i2f22(dl)); }
 // What a group's products are kept as until their epilogue: int8 products stay integers (v105), so that the MT = 2,
 // 4 stream kernels, which keep 2 of 4, and MoE's flat items, 1 of 4, convert only those (before: all four, by I2F).
 template <int T>
@@ -451,7 +441,7 @@ __global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
     const uint8_t* rg = rg0 + u * L::CB;
     const uint8_t* rg8 = rg80 + u * L::CB;
     const int q0 = u * GPC;
-    L::chunk(rg, rg8, c, [&](int qq, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+    chunk_const_tables<T>(rg, rg8, c, [&](int qq, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
       const int q = q0 + qq;
       uint32_t b[4] = {0u, 0u, 0u, 0u};
       if constexpr (STEPS == 2) {

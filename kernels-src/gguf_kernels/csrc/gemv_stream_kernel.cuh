@@ -130,9 +130,11 @@ __device__ __forceinline__ void kept_group(const uint8_t* ch, const uint8_t* sp,
 // and both bound at 96 (uncapped 116-128): MXFP4 4096 -> 1024 -9%, IQ4_XS -3..6%, their other M = 1 rows
 // equal. The other types at 128 lost 12-15% where the launch took 19 warps (16 fit at 128) and gained at
 // most 2% elsewhere; the K split at 144 lost 10% where it took 14 (NOTES.md v42).
+// IQ4_XS's MoE 4-row form (MOE && ONE && MT = 2, v117): 160, where its block sums as integers (IBLK) and both table
+// words in registers fit in 146 (at 128 they spilled 66-90 bytes): 1037 -> 770 instructions a stage, 13 warps an SM.
 template <int T, bool MOE, int MT, bool RAG, bool ONE>
 constexpr int stream_reg_cap() {
-  if (MOE && ONE) return RAG ? 160 : 128;
+  if (MOE && ONE) return RAG || (MT == 2 && T == IQ4_XS) ? 160 : 128;
   if (!MOE && MT == 1 && (T == MXFP4 || T == IQ4_XS)) return 128;
   return RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || MT == 4) && (T == MXFP4 || T == IQ4_XS || T == Q6_K)) ? 128
                                                                                                                 : 96;
@@ -183,9 +185,9 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   static_assert(!MR || (FT<T>::MIS && !MOE && !RAG && !FLAT && (KS || MT == 2)) || (T == IQ4_XS && FLAT && !RAG),
                 "MR: dense Q6_K, MT = 2 or the K split; or IQ4_XS's flat items as one run (BR)");
   // IBLK (NOTES.md v109): an int8 type's forms add each block's kept products as integers, on records in the block
-  // form (StreamRecs::group_blk: one sigma a 256-element block); but MoE's ONE, which keeps a sigma a group (its
-  // integer pick spills 114-158 bytes with MoE's registers)
-  constexpr bool IBLK = fast_i8<T>() && !(MOE && ONE && MT == 2);
+  // form (StreamRecs::group_blk: one sigma a 256-element block); MoE's ONE too since v117 (at 128 registers its
+  // integer pick had spilled 114-158 bytes: stream_reg_cap)
+  constexpr bool IBLK = fast_i8<T>();
   constexpr int STEPS = L::STEPS, CPS = 8 / MT, RPU = 2 * MT, GPC = L::CE / L::GS;
   const int RS = stream_rs<T, MT, RAG>(), STAGE = FLAT ? 16 * FSB : RPU * RS;
   const int GR = Prep<T>::gr(1);
@@ -893,14 +895,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
         float ev[DEF / 2];
         L::chunk(rg, rg8, c, [&](int q, const uint32_t (&A)[2][4], float, float, float, float) {
           float D[4];
-          if constexpr (fast_i8<T>()) {  // MoE pairs: all four converted (picking first spilled 74 bytes here, v105)
-            int dh[4], dl[4];
-            iproducts(q, A, dh, dl);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) D[i] = i8_parts_f(dh[i], dl[i]);
-          } else {
-            product(q, A, D);
-          }
+          product(q, A, D);
           if ((q & 1) == (one_t >> 1)) ev[(q % DEF) >> 1] = pick(D);
           if (q % DEF == DEF - 1 && mylive) {
 #pragma unroll

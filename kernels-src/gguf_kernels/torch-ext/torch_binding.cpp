@@ -126,9 +126,15 @@ int fast_max_m() {
   static const int v = env_int("GGUF_KERNELS_FAST_MAX_M", 8);
   return v;
 }
-int moe_pairs_max() {
-  static const int v = env_int("GGUF_KERNELS_MOE_PAIRS_MAX", 64);
-  return v;
+// Most pairs run as pairs (one launch over all of them) before grouping by expert: 64; IQ4_XS 256 where the tile kernel
+// is on (`tile`), since its grouped path there (the tile kernel's fp16 decode) reads ~0.95 TB/s at Qwen3-30B-A3B's T =
+// 32: session 75's knob rows on an H100, GGUF_KERNELS_MOE_PAIRS_MAX=256, one run each: its gate 114.2 -> 97.1 us, down
+// 109.3 -> 91.6; Q4_K's gate level, down 66.1 -> 79.5, so the other types keep 64. Where the fast pairs decline such a
+// case it is grouped as before (P >= moe_group_min()). GGUF_KERNELS_MOE_PAIRS_MAX sets it for every type.
+int moe_pairs_max(int64_t qtype, bool tile) {
+  static const int v = env_int("GGUF_KERNELS_MOE_PAIRS_MAX", -1);
+  if (v >= 0) return v;
+  return qtype == gq::IQ4_XS && tile ? 256 : 64;
 }
 // Fewest pairs that are grouped by expert (tile kernel) rather than run on gemv_mma_kernel's pairs
 // when the stream kernel does not take them, or on the stream kernel when its rows are not whole
@@ -359,7 +365,7 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
   const DType xt = dtype_code(x.scalar_type());
   const bool mma = use_mma(xt);
   const bool tile = mma && tile_max_m(qtype) > 0;
-  if (P <= moe_pairs_max()) {
+  if (P <= moe_pairs_max(qtype, tile)) {
     a.mode = gq::GEMV_PAIRS;
     // from moe_group_min() pairs: the stream kernel only on rows of whole 16-byte pieces or with full
     // 8-chunk stages, else grouped by expert
