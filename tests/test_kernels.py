@@ -746,8 +746,8 @@ def test_moe_matmul_flat_items(name, dtype, x3d, rng):
     """K of 1, 2 and 3 items (chunks of 256 elements; IQ4_XS, MXFP4 512; Q6_K's super-blocks, rows of
     210, 420 and 630 bytes) with N a multiple of the flat units' rows (16, 8, 16): the stream kernel's
     units of flat (row, item) items, which keep every product slot busy where K has fewer than 4 chunks;
-    T = 1 and 8, repeated experts, unroutable ids (-1, E) whose rows must be zeros. (4 items: other forms,
-    flat with GGUF_KERNELS_FAST_FLAT=4.)"""
+    T = 1 and 8, repeated experts, unroutable ids (-1, E) whose rows must be zeros. (4 items: flat for IQ4_XS, whose
+    default GGUF_KERNELS_FAST_FLAT is 4, other forms for the rest unless it is set to 4.)"""
     ce = 512 if name in ("IQ4_XS", "MXFP4") else 256
     E, top_k = 12, 4
     for n, N, T in [(1, 48, 8), (2, 40, 5), (3, 32, 1), (3, 2048, 8), (4, 36, 3)]:
@@ -835,11 +835,12 @@ def test_moe_matmul_pairs_many_iq4xs(x3d, rng):
             assert (pairs, tiled) == (name == "IQ4_XS", name != "IQ4_XS"), (name, K, N, T, names)
 
 
-@pytest.mark.parametrize("flat", ["0", "4"])
+@pytest.mark.parametrize("flat", ["0", "3", "4"])
 def test_moe_matmul_flat_knob(flat):
-    """GGUF_KERNELS_FAST_FLAT (read once a process): 0 keeps the 4-row form (ONE) on the flat cases and
-    the Qwen3 down shapes, and the row pairs on the ragged ones; 4 takes K of 4 chunks flat too (units
-    of 4 rows, one stage): in a child."""
+    """GGUF_KERNELS_FAST_FLAT (read once a process, for every type): 0 keeps the 4-row form (ONE) on the flat cases
+    and the Qwen3 down shapes, and the row pairs on the ragged ones; 3 keeps K of 4 chunks off the flat items for
+    IQ4_XS too (its default is 4); 4 takes K of 4 chunks flat for every type (units of 4 rows, one stage): in a
+    child."""
     run_child({"GGUF_KERNELS_FAST_FLAT": flat}, __file__,
               "(flat_items and bfloat16) or (flat_ragged and bfloat16) or (pairs_local and not True) or stream_one",
               " passed")
