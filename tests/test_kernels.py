@@ -747,7 +747,7 @@ def test_moe_matmul_flat_items(name, dtype, x3d, rng):
     210, 420 and 630 bytes) with N a multiple of the flat units' rows (16, 8, 16): the stream kernel's
     units of flat (row, item) items, which keep every product slot busy where K has fewer than 4 chunks;
     T = 1 and 8, repeated experts, unroutable ids (-1, E) whose rows must be zeros. (4 items: flat for IQ4_XS, whose
-    default GGUF_KERNELS_FAST_FLAT is 4, other forms for the rest unless it is set to 4.)"""
+    default GGUF_KERNELS_FAST_FLAT is 4 up to 64 pairs, other forms for the rest unless it is set to 4.)"""
     ce = 512 if name in ("IQ4_XS", "MXFP4") else 256
     E, top_k = 12, 4
     for n, N, T in [(1, 48, 8), (2, 40, 5), (3, 32, 1), (3, 2048, 8), (4, 36, 3)]:
@@ -839,7 +839,7 @@ def test_moe_matmul_pairs_many_iq4xs(x3d, rng):
 def test_moe_matmul_flat_knob(flat):
     """GGUF_KERNELS_FAST_FLAT (read once a process, for every type): 0 keeps the 4-row form (ONE) on the flat cases
     and the Qwen3 down shapes, and the row pairs on the ragged ones; 3 keeps K of 4 chunks off the flat items for
-    IQ4_XS too (its default is 4); 4 takes K of 4 chunks flat for every type (units of 4 rows, one stage): in a
+    IQ4_XS too (its default is 4 up to 64 pairs); 4 takes K of 4 chunks flat for every type (units of 4 rows, one stage): in a
     child."""
     run_child({"GGUF_KERNELS_FAST_FLAT": flat}, __file__,
               "(flat_items and bfloat16) or (flat_ragged and bfloat16) or (pairs_local and not True) or stream_one",

@@ -1246,13 +1246,13 @@ inline bool knob_moe_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_MOE");
   return v;
 }
-// MoE pairs on flat items (FLAT, NOTES.md v35) for rows of at most this many items (GGUF_KERNELS_FAST_FLAT, every
-// type; 0: off, at most 4). Unset: 4 for IQ4_XS (Qwen3-30B-A3B's gate, K = 2048: -5..-7% at T = 1, 8, session 76),
-// 3 for the rest (level or slower at 4)
+// MoE pairs on flat items (FLAT, NOTES.md v35) for P pairs' rows of at most this many items (GGUF_KERNELS_FAST_FLAT,
+// every type and P; 0: off, at most 4). Unset: 4 for IQ4_XS up to 64 pairs (Qwen3-30B-A3B's gate, K = 2048, at T = 1
+// and 8: -7% and -5%; T = 32 +3%, session 76), else 3 (the other types level or slower at 4)
 template <int T>
-inline int knob_flat() {
+inline int knob_flat(int P) {
   static const int v = env_knob("GGUF_KERNELS_FAST_FLAT", -1);
-  return v < 0 ? (T == IQ4_XS ? 4 : 3) : std::min(v, 4);
+  return v >= 0 ? std::min(v, 4) : T == IQ4_XS && P <= 64 ? 4 : 3;
 }
 // GGUF_KERNELS_FAST_LOCAL=0: every CTA builds the records of all the pairs' x rows (before v17).
 inline bool knob_local_off() {
@@ -1330,11 +1330,11 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
         if (e != cudaErrorNotSupported) return e;
       }
     }
-    // flat items (FLAT, NOTES.md v35): rows of at most knob_flat<T>() items (Q6_K's super-blocks: its rows of
+    // flat items (FLAT, NOTES.md v35): rows of at most knob_flat<T>(P) items (Q6_K's super-blocks: its rows of
     // 630 bytes at K = 768 are ragged otherwise), N a multiple of the unit's rows, every stage a 16-byte
     // aligned run
     const int fn = flat_items<T>(K);
-    const bool flat = flat_whole_rows<T>(K, ga.row_bytes, ga.expert_bytes, knob_flat<T>()) && N % flat_rows(fn) == 0 &&
+    const bool flat = flat_whole_rows<T>(K, ga.row_bytes, ga.expert_bytes, knob_flat<T>(P)) && N % flat_rows(fn) == 0 &&
                       ((uintptr_t)ga.w & 15) == 0;
     // ragged flat items (NOTES.md v37, v111, v112): rows_rag rows in units whose item sums fit: MXFP4 rows of 4k + 2
     // bytes (gpt-oss, K = 2880: 6 chunks, 8 rows of 3 stages) where the hit experts' units above declined (T = 1),
@@ -1345,7 +1345,7 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     // a token)
     const int rn = StreamRecs<T>::chunks(K), rfn = flat_row_items<T, true>(K);  // rfn: a row's ragged flat items
     const bool rrag = rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes);
-    const bool rflat = flat_rag<T>() && rag && knob_flat<T>() > 0 && flat_rag_units<T>(K, N) && ((uintptr_t)ga.w & 3) == 0 &&
+    const bool rflat = flat_rag<T>() && rag && knob_flat<T>(P) > 0 && flat_rag_units<T>(K, N) && ((uintptr_t)ga.w & 3) == 0 &&
                        rrag;
     // IQ4_XS's ragged rows as one aligned run a unit (BR, v113)
     const bool bflat = rflat && flat_run_rows<T>(K, ga.row_bytes, ga.expert_bytes) && ((uintptr_t)ga.w & 15) == 0;
