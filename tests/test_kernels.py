@@ -839,8 +839,8 @@ def test_moe_matmul_pairs_many_iq4xs(x3d, rng):
 def test_moe_matmul_flat_knob(flat):
     """GGUF_KERNELS_FAST_FLAT (read once a process, for every type): 0 keeps the 4-row form (ONE) on the flat cases
     and the Qwen3 down shapes, and the row pairs on the ragged ones; 3 keeps K of 4 chunks off the flat items for
-    IQ4_XS too (its default is 4 up to 64 pairs); 4 takes K of 4 chunks flat for every type (units of 4 rows, one stage): in a
-    child."""
+    IQ4_XS too (its default is 4 up to 64 pairs); 4 takes K of 4 chunks flat for every type (units of 4 rows, one
+    stage): in a child."""
     run_child({"GGUF_KERNELS_FAST_FLAT": flat}, __file__,
               "(flat_items and bfloat16) or (flat_ragged and bfloat16) or (pairs_local and not True) or stream_one",
               " passed")
