@@ -13,9 +13,9 @@
 # timing: a call that runs out of time keeps its verdict (AB_MEMCHECK=0 leaves memcheck to a later call). The rows
 # of every run go to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's own
 # table and log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool brings back only ~8 files
-# (session 39 lost a tree's tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice) sweeps knobs: two rows a setting;
-# BASE=none builds and times this tree alone (a knob sweep at half the runs: one row a setting, the default
-# AB_ROUNDS times, default 2, for its spread). A_BUILD=DIR / B_BUILD=DIR take A's / B's build from DIR (one made
+# (session 39 lost a tree's tables to the logs). BASE=kernels-src/gguf_kernels (this tree twice) sweeps knobs: two
+# rows a setting; BASE=none builds and times this tree alone (a knob sweep at half the runs: one row a setting, the
+# default AB_ROUNDS times, default 2, for its spread). A_BUILD=DIR / B_BUILD=DIR take A's / B's build from DIR (one made
 # earlier on the same machine, e.g. an earlier call's B: main's build) instead of building that tree again.
 set -o pipefail
 OUTD=${OUT:-/tmp/gguf_out}; LOGD=/tmp/ab_logs; mkdir -p "$OUTD" "$LOGD"

@@ -306,7 +306,7 @@ template <> struct FT<IQ4_XS> {
   static GQ_HD int sub_scale_raw(uint32_t w, int j) { return (int)((w >> (8 * j)) & 0xFFu) - 32; }
   // NB = 1: the chunk's first block only, groups 0 .. 7 (rg, rg8 a block each: the one-block flat items of ragged
   // MoE rows, v112). RT: the tables' first words (PRMT's first source) in general registers (v114 for NB = 1, v116 for
-  // every stream form; chunk_const_tables where they do not pay). As constants
+  // every stream form; chunk_as<T, true, false> where they do not pay). As constants
   // ptxas keeps each in a uniform register and copies it (IMAD.U32 R, RZ, RZ, UR) before almost every PRMT, 80-122
   // instructions a stage of two blocks (10-16% of the stage loop); XOR-ed with a shfl.sync of 0 (all 32 lanes run the
   // mma), opaque when ptxas picks uniform registers and folded away after, they stay in general registers.
@@ -357,16 +357,11 @@ template <> struct FT<IQ4_XS> {
 };
 
 // T's chunk decode in the records' form I8 (fast_i8<T>() where the kernel takes int8 products; every other
-// type has the fp16 form only).
-template <int T, bool I8, class F> GQ_HD void chunk_as(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
-  if constexpr (fast_i8<T>()) FT<T>::template chunk<I8>(rg, rg8, c, f);
-  else FT<T>::chunk(rg, rg8, c, f);
-}
-
-// T's chunk decode as L::chunk, but IQ4_XS's table words kept as constants (RT = false): gemv_fast_kernel, where in
-// registers they lengthen the loop (834 -> 843 instructions; 909 with one of them)
-template <int T, class F> GQ_HD void chunk_const_tables(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
-  if constexpr (fast_i8<T>()) FT<T>::template chunk<true, 2, false>(rg, rg8, c, f);
+// type has the fp16 form only). RT = false keeps IQ4_XS's table words as constants: gemv_fast_kernel, where in
+// registers they lengthen the loop (834 -> 843 instructions; 909 with one of them).
+template <int T, bool I8, bool RT = true, class F>
+GQ_HD void chunk_as(const uint8_t* rg, const uint8_t* rg8, int c, F&& f) {
+  if constexpr (fast_i8<T>()) FT<T>::template chunk<I8, 2, RT>(rg, rg8, c, f);
   else FT<T>::chunk(rg, rg8, c, f);
 }
 

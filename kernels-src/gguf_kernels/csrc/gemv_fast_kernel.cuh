@@ -441,7 +441,7 @@ __global__ void __maxnreg__(80) gemv_fast_kernel(const FastArgs a) {
     const uint8_t* rg = rg0 + u * L::CB;
     const uint8_t* rg8 = rg80 + u * L::CB;
     const int q0 = u * GPC;
-    chunk_const_tables<T>(rg, rg8, c, [&](int qq, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
+    chunk_as<T, true, false>(rg, rg8, c, [&](int qq, const uint32_t (&A)[2][4], float sg, float sg8, float og, float og8) {
       const int q = q0 + qq;
       uint32_t b[4] = {0u, 0u, 0u, 0u};
       if constexpr (STEPS == 2) {

@@ -1330,11 +1330,11 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
         if (e != cudaErrorNotSupported) return e;
       }
     }
-    // flat items (FLAT, NOTES.md v35): rows of at most knob_flat<T>(P) items (Q6_K's super-blocks: its rows of
+    // flat items (FLAT, NOTES.md v35): rows of at most flat_max items (Q6_K's super-blocks: its rows of
     // 630 bytes at K = 768 are ragged otherwise), N a multiple of the unit's rows, every stage a 16-byte
     // aligned run
-    const int fn = flat_items<T>(K);
-    const bool flat = flat_whole_rows<T>(K, ga.row_bytes, ga.expert_bytes, knob_flat<T>(P)) && N % flat_rows(fn) == 0 &&
+    const int fn = flat_items<T>(K), flat_max = knob_flat<T>(P);
+    const bool flat = flat_whole_rows<T>(K, ga.row_bytes, ga.expert_bytes, flat_max) && N % flat_rows(fn) == 0 &&
                       ((uintptr_t)ga.w & 15) == 0;
     // ragged flat items (NOTES.md v37, v111, v112): rows_rag rows in units whose item sums fit: MXFP4 rows of 4k + 2
     // bytes (gpt-oss, K = 2880: 6 chunks, 8 rows of 3 stages) where the hit experts' units above declined (T = 1),
@@ -1345,7 +1345,7 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
     // a token)
     const int rn = StreamRecs<T>::chunks(K), rfn = flat_row_items<T, true>(K);  // rfn: a row's ragged flat items
     const bool rrag = rows_rag<T>(N, K, ga.row_bytes, ga.expert_bytes);
-    const bool rflat = flat_rag<T>() && rag && knob_flat<T>(P) > 0 && flat_rag_units<T>(K, N) && ((uintptr_t)ga.w & 3) == 0 &&
+    const bool rflat = flat_rag<T>() && rag && flat_max > 0 && flat_rag_units<T>(K, N) && ((uintptr_t)ga.w & 3) == 0 &&
                        rrag;
     // IQ4_XS's ragged rows as one aligned run a unit (BR, v113)
     const bool bflat = rflat && flat_run_rows<T>(K, ga.row_bytes, ga.expert_bytes) && ((uintptr_t)ga.w & 15) == 0;
