@@ -9,7 +9,8 @@
 # AB_ARGS2="--moe-only --ms 1,8" then times a second set of bench_matmul args the same way, on the same builds
 # (labels mA1, mB1, ...), with the settings AB_ENV2 where given; AB_TESTS="tests/x.py::test_a ..." (AB_K: a -k
 # expression for them) runs those tests on A's build (failures with their reasons to $OUT/tests.txt) and again
-# under memcheck (its table to $OUT/sanitize.md; printed: its first line and the "all" row), before the
+# under memcheck in AB_SHARDS processes (default 4: 8 ran the GPU out of memory on 201 tests in session 76; its table
+# to $OUT/sanitize.md; printed: its first line and the "all" row), before the
 # timing: a call that runs out of time keeps its verdict (AB_MEMCHECK=0 leaves memcheck to a later call). The rows
 # of every run go to $OUT/ab.txt (and ab2.txt), one "## LABEL" section a run (us to 2 decimals); each run's own
 # table and log, and the memcheck shards', stay in /tmp/ab_logs, since the device tool brings back only ~8 files
@@ -57,7 +58,7 @@ if [ -n "$AB_TESTS" ]; then
   grep -E "^(FAILED|ERROR) |[0-9]+ (passed|failed)" "$OUTD/tests.txt" | tail -8
   el "tests done"
   if [ "${AB_MEMCHECK:-1}" != 0 ]; then
-    GGUF_QUANT_KERNELS=$KA python3 benchmarks/sanitize_suite.py --shards 8 --timeout 300 --logs $LOGD/sanitize \
+    GGUF_QUANT_KERNELS=$KA python3 benchmarks/sanitize_suite.py --shards ${AB_SHARDS:-4} --timeout 300 --logs $LOGD/sanitize \
       -- $AB_TESTS "${K[@]}" 2>&1 | tee "$OUTD/sanitize.md" | grep -E "^\| all |^[a-z]+: " || tail -5 "$OUTD/sanitize.md"
     el "memcheck done"
   fi
