@@ -460,6 +460,31 @@ def test_matmul_stream_q6k_full_sm(rng):
     check_matmul("Q6_K", 1, 4096, 4096, rng)
 
 
+M1_SPREAD = [("IQ4_XS", 9727, 2560), ("MXFP4", 8959, 1536), ("Q8_0", 8960, 1536), ("Q6_K", 9728, 2560),
+             ("Q5_K", 17407, 5120)]
+
+
+@pytest.mark.parametrize("name, N, K", M1_SPREAD, ids=[c[0] for c in M1_SPREAD])
+def test_matmul_stream_m1_spread(name, N, K, rng):
+    """v120: M = 1 whose units the launch packed in two rounds and more on fewer CTAs than SMs (on 132 SMs: IQ4_XS
+    2560 -> 9727's row pairs on 102 CTAs, MXFP4 1536 -> 8959's 4-row units on 80, Q8_0 1536 -> 8960's row pairs on 94,
+    Q6_K 2560 -> 9728's 4-row units of rows that are not 16-byte multiples, Q5_K 5120 -> 17407's on 115), now a
+    CTA on every SM with the units dealt warp-major; odd N leaves a short last unit. Against gguf-py's dequantization;
+    the launch is the stream kernel's plain form (no K split)."""
+    packed = random_packed(name, (N,), K, rng)
+    w = ref_dequant(packed, name).double()
+    names = check_launch(name, packed, torch.randn(1, K, device=DEV, dtype=torch.bfloat16), w)
+    if names:
+        assert [stream_args(n).get("KS") for n in names if stream_args(n)] == ["false"], names
+
+
+def test_matmul_stream_m1_spread_off():
+    """GGUF_KERNELS_FAST_SPREAD=0, in a child: test_matmul_stream_m1_spread's cases packed on fewer CTAs (before
+    v120), the units still dealt warp-major."""
+    run_child({"GGUF_KERNELS_FAST_SPREAD": "0"}, f"{__file__}::test_matmul_stream_m1_spread", "",
+              f"{len(M1_SPREAD)} passed")
+
+
 @pytest.mark.parametrize("M", [1, 2, 4, 8, 16])
 def test_matmul_iq4xs_block_sums_extremes(M, rng):
     """IQ4_XS's integer sums of a 256-weight block (NOTES.md v109) at their bounds: every block's codes all -127 or

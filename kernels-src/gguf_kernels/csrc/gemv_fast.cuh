@@ -744,6 +744,10 @@ template <int T, bool RAG, bool BR = false> GQ_HD constexpr int flat_slot_bytes(
 }
 // whether gemv_stream_kernel<T, XT, MOE, MT, RAG, ONE> is the flat form: ONE on MoE pairs at MT = 1
 GQ_HD constexpr bool stream_flat(bool MOE, int MT, bool ONE) { return MOE && ONE && MT == 1; }
+// whether its launch may be spread over every SM, more CTAs than the rounds need, its warps then taking the units
+// warp-major (global warp warp x CTAs + CTA; else CTA x WPC + warp): the dense M = 1 forms (MT = 1, and ONE's 4-row
+// units; v120)
+GQ_HD constexpr bool stream_may_spread(bool MOE, int MT, bool ONE) { return !MOE && (MT == 1 || ONE); }
 GQ_HD constexpr int flat_rows(int n) { return 16 / (n & -n); }
 GQ_HD constexpr int flat_stages(int n) { return n / (n & -n); }
 // gemv_stream_kernel<T, ., MOE, MT, RAG, ONE>'s unit at K: its rows (FLAT: flat_rows of a row's items;

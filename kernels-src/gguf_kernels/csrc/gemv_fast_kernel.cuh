@@ -247,6 +247,8 @@ struct FastArgs {
   const uint8_t* w;
   int64_t row_bytes;
   int N, K, M;
+  int spread;  // gemv_stream_kernel's dense M = 1 forms: a launch spread over every SM, its units dealt warp-major
+               // (v120; here, in the padding before xb, so that no other member moves)
   const uint8_t* xb;  // prep: B records
   const uint8_t* xs;  // prep: sigma / beta / S records
   const void* x;      // the activations (gemv_stream_kernel makes its own records)

@@ -307,9 +307,15 @@ int stream_ctas_per_sm(int WPC, size_t smem) {
 // the stages each warp then streams (Q6_K, same call against gemv_mma_kernel: 8 groups a thread and
 // 4 stages, 4096 -> 4096 at M = 4, 14.1 us against 11.2; 8 and 2, 4096 -> 1024 at M = 2, 9.2 against
 // 6.9; 7 and 7, 14336 -> 4096 at M = 2, 25.6 against 29.9).
-struct StreamChoice { int WPC, S, ctas; size_t smem; int split; int64_t work; };  // work: the busiest SM's stages
+// work: the busiest SM's stages; spread: the dense M = 1 launch on every SM, its units dealt warp-major (v120)
+struct StreamChoice { int WPC, S, ctas; size_t smem; int split; int64_t work; bool spread = false; };
 inline bool knob_split_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_SPLIT");
+  return v;
+}
+// GGUF_KERNELS_FAST_SPREAD=0: dense M = 1 keeps its rounds of units packed on `ctas` CTAs (before v120; A/B timing)
+inline bool knob_spread_off() {
+  static const bool v = env_off("GGUF_KERNELS_FAST_SPREAD");
   return v;
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool MR = false>
@@ -325,7 +331,7 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
     return fx + (size_t)WPC * (S * (stage + (BULK ? kStageBarBytes : 0)) + (FLAT ? flat_sum_bytes<T, RAG>() : 0));
   };
   StreamChoice best{0, 0, 0, 0, 0, 0};
-  int best_rounds = 0, best_cap = 0;
+  int best_rounds = 0, best_cap = 0, best_n = 0;
   int64_t best_work = 0;  // rounds x warps per SM: the busiest SM's share of the units
   constexpr bool M1 = (MT == 1 || ONE) && FT<T>::CB < FT<T>::CE;  // 19 (ONE: 14 too) warps considered
   for (int WPC : {19, 16, 14, 12, 8, 4}) {
@@ -341,6 +347,7 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
     const int64_t work = (int64_t)rounds * WPC * n;
     if (!best.WPC || work < best_work) {
       best_rounds = rounds;
+      best_n = n;
       best_cap = n * sms * WPC;
       best_work = work;
       best = {WPC, S, (units + rounds * WPC - 1) / (rounds * WPC), smem, 0, work * nst};
@@ -373,6 +380,18 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
     }
   }
   if (!best.WPC) return best;
+  // v120: dense M = 1 in two rounds of units and more, packed on fewer CTAs than SMs (IQ4_XS 2560 -> 9728: 4864 row
+  // pairs, three rounds of 16 warps on 102 CTAs, 30 SMs idle): a CTA on every SM, whose warps the kernel deals the
+  // units warp-major (FastArgs::spread), so that each SM reads ceil(units / SMs) of them or one less (37 there,
+  // against 48) and no warp more than its rounds; only where that lowers the busiest SM's units. `work` stays the
+  // packed launch's, so that choose_one_or_old makes the choices it was timed on (spread counts would flip some on a
+  // stage or two: 4096 -> 14336's row pairs 55 an SM against ONE's 56). Only there: warp-major dealing on a packed
+  // launch cost Q6_K / MXFP4 4096 -> 14336 5% / 2% on the H100 (session 77)
+  if (stream_may_spread(MOE, MT, ONE) && !best.split && best_rounds >= 2 && best_n == 1 && best.ctas < sms &&
+      (units + sms - 1) / sms < best_rounds * best.WPC && !knob_spread_off()) {
+    best.ctas = sms;
+    best.spread = true;
+  }
   const int per_thread = (groups + 32 * best.WPC - 1) / (32 * best.WPC);  // records each thread builds
   // MR (Q6_K rows that are not 16-byte multiples) up to 12 groups a thread: gemv_mma_kernel is what it declines to
   // (not BR, MR on flat items: 8, as v112's ragged flat items)
@@ -493,6 +512,7 @@ cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   if (!ch.WPC) return cudaErrorNotSupported;
   a.S = ch.S;
   a.split = ch.split;
+  a.spread = ch.spread;
   // MoE over hit experts: the units were counted for the most hits, so a CTA on every SM
   if constexpr (MOE && MT == 8) ch.ctas = num_sms();
   if (MOE && a.local) {  // the records of the rows the chosen CTAs meet (a.nx was the guess for one a SM)
