@@ -480,7 +480,7 @@ def test_matmul_stream_m1_spread(name, N, K, rng):
 
 def test_matmul_stream_m1_spread_off():
     """GGUF_KERNELS_FAST_SPREAD=0, in a child: test_matmul_stream_m1_spread's cases packed on fewer CTAs (before
-    v120), the units still dealt warp-major."""
+    v120), the units dealt CTA-major (v120b)."""
     run_child({"GGUF_KERNELS_FAST_SPREAD": "0"}, f"{__file__}::test_matmul_stream_m1_spread", "",
               f"{len(M1_SPREAD)} passed")
 
