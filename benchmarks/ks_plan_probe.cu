@@ -30,8 +30,13 @@ void show(const char* name, int K, int N, int M) {
   const int nch = K / L::CE;
   const bool clusters = ks_clusters_may_take<T>(N, K, M);
   const char* taken = g.Z ? "grid" : clusters ? "clusters" : plain ? "plain" : "other";
-  char mt[64] = "";  // the plain launch's kernel at this M (M = 3, 4: with MT = 4's and MT = 8's busiest SM's stages)
-  if (M == 2) snprintf(mt, sizeof mt, "%d: %d x %d", m2.MT, m2.c.WPC, m2.c.ctas);
+  char mt[96] = "";  // the plain launch's kernel at this M (M = 2: each kernel's plan; M = 3, 4: with MT = 4's and MT = 8's
+                     // busiest SM's stages)
+  if (M == 2) {  // with each kernel's warps x CTAs and busiest SM's stages (m2_choice's inputs)
+    const StreamChoice c2 = plain_choice<T, 2>(N, K), c4 = plain_choice<T, 4>(N, K), c8 = plain_choice<T, 8>(N, K);
+    snprintf(mt, sizeof mt, "%d (2: %dx%d %lld; 4: %dx%d %lld; 8: %dx%d %lld)", m2.MT, c2.WPC, c2.ctas,
+             (long long)c2.work, c4.WPC, c4.ctas, (long long)c4.work, c8.WPC, c8.ctas, (long long)c8.work);
+  }
   if (M == 3 || M == 4)
     snprintf(mt, sizeof mt, "%d: %d x %d (%lld / %lld)", m34.MT, m34.c.WPC, m34.c.ctas,
              (long long)plain_choice<T, 4>(N, K).work, (long long)plain_choice<T, 8>(N, K).work);
@@ -56,7 +61,7 @@ int main(int argc, char** argv) {
                     shapes))
     return 2;
   printf("| type | K -> N | M | chunks | grid first | clusters may | plain takes | plain MT: warps x CTAs "
-         "(M = 3, 4: MT = 4 / 8 busiest SM's stages) "
+         "(M = 2: each MT's warps x CTAs and busiest SM's stages; M = 3, 4: MT = 4 / 8 busiest SM's stages) "
          "| M = 2 idle | grid Z | CTAs a slice x warps | units a warp | chunks a slice (ranks), the rest "
          "| busiest warp's chunks | taken |\n"
          "| --- | --- | ---: | ---: | --- | --- | --- | --- | --- | ---: | --- | --- | --- | ---: | --- |\n");
