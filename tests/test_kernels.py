@@ -364,8 +364,8 @@ def test_matmul_stream_m34_mt8_off():
     run_child({"GGUF_KERNELS_FAST_M34_MT8": "0"}, f"{__file__}::test_matmul_stream_m34_mt8", "", "5 passed")
 
 
-M2_MT = [("Q4_K", 9728, 2560, "4"), ("IQ4_XS", 9728, 2560, "4"), ("Q4_0", 9728, 2560, "4"), ("MXFP4", 8192, 3072, "4"),
-         ("Q4_0", 8192, 3072, "2"), ("Q4_0", 11008, 4096, "2"), ("MXFP4", 18944, 3584, "8"), ("Q8_0", 18944, 3584, "2"),
+M2_MT = [("Q4_K", 9728, 2560, "4"), ("IQ4_XS", 11008, 4096, "4"), ("Q4_0", 9728, 2560, "4"), ("MXFP4", 8192, 3072, "4"),
+         ("Q4_0", 8192, 3072, "2"), ("Q4_0", 11008, 4096, "2"), ("MXFP4", 18944, 3584, "8"), ("Q8_0", 14336, 4096, "2"),
          ("IQ4_XS", 5120, 5120, "2"), ("Q5_K", 2560, 9728, "2")]
 
 
@@ -373,9 +373,10 @@ M2_MT = [("Q4_K", 9728, 2560, "4"), ("IQ4_XS", 9728, 2560, "4"), ("Q4_0", 9728, 
 def test_matmul_stream_m2_mt(name, N, K, mt, rng):
     """M = 2 on the plain launch's MT = 4 or 8 kernel, 2 tokens padded, where MT = 2's stages of 4 chunks leave lanes
     idle or its units round badly (v107: 2560 -> 9728, 5 or 10 chunks, where Q4_K took the grid before, since MT = 2
-    left 56 SMs idle; 3072 -> 8192, 6 chunks of 512; MXFP4 3584 -> 18944, 7); MT = 2 at equal stages (Q4_0 3072 ->
-    8192, 12 chunks of 256), more (Q8_0 3584 -> 18944), Q4_0 above 0.6 of them (4096 -> 11008), fewer than 8 warps a
-    CTA on MT = 4 (IQ4_XS 5120 -> 5120) or MT = 4's units split over each CTA's warps (Q5_K 9728 -> 2560).
+    left 56 SMs idle; 3072 -> 8192, 6 chunks of 512; IQ4_XS 4096 -> 11008; MXFP4 3584 -> 18944, 7); MT = 2 at equal
+    stages (Q4_0 3072 -> 8192, 12 chunks of 256; Q8_0 4096 -> 14336), Q4_0 above 0.6 of them (4096 -> 11008), fewer
+    than 8 warps a CTA on MT = 4 (IQ4_XS 5120 -> 5120) or MT = 4's units split over each CTA's warps (Q5_K 9728 ->
+    2560). v121's cases: test_matmul_stream_m2_wide8.
     Against gguf-py's dequantization; mt: the launched kernel's MT (torch.profiler, where CUPTI is free), every case
     MT = 2 or the grid under GGUF_KERNELS_FAST_M2_MT=2 (test_matmul_stream_m2_mt_knob)."""
     packed = random_packed(name, (N,), K, rng)
@@ -393,6 +394,31 @@ def test_matmul_stream_m2_mt_knob():
     """GGUF_KERNELS_FAST_M2_MT=2, in a child: test_matmul_stream_m2_mt's cases on the MT = 2 kernel or the grid (before
     v107)."""
     run_child({"GGUF_KERNELS_FAST_M2_MT": "2"}, f"{__file__}::test_matmul_stream_m2_mt", "", f"{len(M2_MT)} passed")
+
+
+# (type, N, K, MT since v121, MT before)
+M2_WIDE8 = [("IQ4_XS", 9728, 2560, "8", "4"), ("MXFP4", 8960, 1536, "8", "4"), ("Q5_K", 18944, 3584, "8", "2"),
+            ("Q8_0", 18944, 3584, "8", "2"), ("Q4_0", 18944, 3584, "2", "2")]
+
+
+@pytest.mark.parametrize("name, N, K, mt, mt_before", M2_WIDE8)
+def test_matmul_stream_m2_wide8(name, N, K, mt, mt_before, rng):
+    """v121: M = 2 on the MT = 8 kernel, 2 tokens padded, also for Q4_K, Q5_K and Q8_0 at 2 / 3 of MT = 2's busiest
+    SM's stages (3584 -> 18944; not Q4_0), and for MXFP4 / IQ4_XS with 5 warps a CTA at 0.85 of the kernel taken
+    otherwise (1536 -> 8960, 2560 -> 9728: MT = 4 before). Against gguf-py's dequantization; mt: the launched kernel's
+    MT (torch.profiler, where CUPTI is free), mt_before under GGUF_KERNELS_FAST_M2_WIDE8=0 (v107's rule alone)."""
+    packed = random_packed(name, (N,), K, rng)
+    x = torch.randn(2, K, device=DEV, dtype=torch.bfloat16)
+    names = check_launch(name, packed, x, ref_dequant(packed, name).double())
+    if names:
+        want = mt_before if os.environ.get("GGUF_KERNELS_FAST_M2_WIDE8") == "0" else mt
+        assert [a["MT"] for a in map(stream_args, names) if a] == [want] and not grid_ran(names), names
+
+
+def test_matmul_stream_m2_wide8_off():
+    """GGUF_KERNELS_FAST_M2_WIDE8=0, in a child: test_matmul_stream_m2_wide8's cases on v107's choice."""
+    run_child({"GGUF_KERNELS_FAST_M2_WIDE8": "0"}, f"{__file__}::test_matmul_stream_m2_wide8", "",
+              f"{len(M2_WIDE8)} passed")
 
 
 def test_matmul_ks_two_streams(rng):

@@ -899,7 +899,12 @@ StreamChoice plain_choice(int N, int K) {
 // 0.69 and 0.75 (4096 -> 11008 / 12288, +2 / +4%) and won at 0.52 (-15%). So MT = 4 from 0.85 (Q4_0: 0.6) with 8 warps,
 // unsplit. MT = 8 for MXFP4 and IQ4_XS from 2 / 3 with 8 warps (3584 -> 18944, 7 chunks, 0.66: 23.3 -> 19.6, 24.3 ->
 // 23.2; the others' there +-5%; v91 on the H200: -13..-17%).
-// GGUF_KERNELS_FAST_M2_MT: 2, 4 or 8, that kernel wherever it takes the case (MT = 2 otherwise).
+// v121 (H100, session 77's knob rows, MT = 8 against the default): the 2 / 3 rule also for Q4_K, Q5_K and Q8_0 (3584 ->
+// 18944, 126 stages against 192: 0.96 / 0.91 / 0.95; Q4_0 there +3%, so not Q4_0), and MXFP4 / IQ4_XS also with 5
+// warps a CTA where MT = 8 gives the busiest SM at most 0.85 of the stages of the kernel taken otherwise (1536 ->
+// 8960: 15 against MT = 4's 18, 0.87 / 0.91; 2560 -> 9728: 25 against 30, 0.95 / 0.98).
+// GGUF_KERNELS_FAST_M2_MT: 2, 4 or 8, that kernel wherever it takes the case (MT = 2 otherwise);
+// GGUF_KERNELS_FAST_M2_WIDE8=0: v107's MT = 8 rule alone (A/B timing).
 struct MtChoice {  // the plain launch's kernel at M = 2 (m2_choice) or M = 3, 4 (m34_choice): its MT and plan
   int MT;
   StreamChoice c;
@@ -907,17 +912,22 @@ struct MtChoice {  // the plain launch's kernel at M = 2 (m2_choice) or M = 3, 4
 template <int T, typename XT>
 MtChoice m2_choice(const FastArgs& a) {
   static const int knob = env_knob("GGUF_KERNELS_FAST_M2_MT", -1);
+  static const bool wide = !env_off("GGUF_KERNELS_FAST_M2_WIDE8");
+  constexpr bool IQ = T == MXFP4 || T == IQ4_XS;
   const StreamChoice c2 = dense_choice<T, XT, 2>(a);
-  if (knob == 8 || (knob < 0 && (T == MXFP4 || T == IQ4_XS))) {
-    const StreamChoice c8 = dense_choice<T, XT, 8>(a);
-    if (c8.WPC && (knob == 8 || (c8.WPC >= 8 && 3 * c8.work <= 2 * c2.work))) return {8, c8};
-  }
+  MtChoice m{2, c2};
   if (knob == 4 || knob < 0) {
     const StreamChoice c4 = dense_choice<T, XT, 4>(a);
     if (c4.WPC && (knob == 4 || (c4.WPC >= 8 && !c4.split && 20 * c4.work <= (T == Q4_0 ? 12 : 17) * c2.work)))
-      return {4, c4};
+      m = {4, c4};
   }
-  return {2, c2};
+  if (knob == 8 || (knob < 0 && (IQ || (wide && T != Q4_0)))) {
+    const StreamChoice c8 = dense_choice<T, XT, 8>(a);
+    if (c8.WPC && (knob == 8 || (c8.WPC >= 8 && 3 * c8.work <= 2 * c2.work) ||
+                   (wide && IQ && c8.WPC >= 5 && 20 * c8.work <= 17 * m.c.work)))
+      return {8, c8};
+  }
+  return m;
 }
 // m2_choice for N rows of K, as plain_choice.
 template <int T>
