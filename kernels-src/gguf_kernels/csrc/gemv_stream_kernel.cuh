@@ -252,7 +252,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   const int H = KS ? a.split : 1, hw = KS ? warp % H : 0;
   const int gw = KS ? warp / H * ncl + (gz ? (int)blockIdx.x / gz : (int)cluster_reg_id())
                  : stream_may_spread(MOE, MT, ONE) && a.spread ? warp * (int)gridDim.x + (int)blockIdx.x  // v120
-                                                        : (int)blockIdx.x * WPC + warp;
+                                                               : (int)blockIdx.x * WPC + warp;
   const int GW = (KS ? ncl : (int)gridDim.x) * WPC / H;
   const auto wbase = [&]() { return KS ? a.w + slice_off(L::CB) : a.w; };  // rows' first byte of the slice
   // Q6_K (MIS) slices start 4-byte aligned (420-byte chunks): how far past a 16-byte boundary, which
