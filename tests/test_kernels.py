@@ -364,6 +364,33 @@ def test_matmul_stream_m34_mt8_off():
     run_child({"GGUF_KERNELS_FAST_M34_MT8": "0"}, f"{__file__}::test_matmul_stream_m34_mt8", "", "5 passed")
 
 
+M34_WIDE8 = [("MXFP4", 8959, 1536, "8"), ("MXFP4", 9728, 2560, "8"), ("IQ4_XS", 8960, 1536, "8"),
+             ("IQ4_XS", 9728, 2560, "4")]
+
+
+@pytest.mark.parametrize("name, N, K, mt", M34_WIDE8)
+def test_matmul_stream_m34_wide8(name, N, K, mt, rng):
+    """v122: M = 3, 4 for MXFP4 on the MT = 8 kernel where it gives the busiest SM at most 0.85 of MT = 4's stages
+    (2560 -> 9728: 25 against 30; 1536 -> 8959, the last unit a row short: 15 against 18), where v91's bar is 0.6; for
+    IQ4_XS only where MT = 4's stages leave a quarter of their chunk slots idle (K = 1536, 3 chunks; at 2560 it lost
+    2-4% on the H100). Against gguf-py's dequantization; the launched kernel's MT by torch.profiler where CUPTI is
+    free, MT = 4 under GGUF_KERNELS_FAST_M34_WIDE8=0 (test_matmul_stream_m34_wide8_off)."""
+    packed = random_packed(name, (N,), K, rng)
+    w = ref_dequant(packed, name).double()
+    want = "4" if os.environ.get("GGUF_KERNELS_FAST_M34_WIDE8") == "0" else mt
+    for M in (3, 4):
+        names = check_launch(name, packed, torch.randn(M, K, device=DEV, dtype=torch.bfloat16), w)
+        if names:
+            assert [a["MT"] for a in map(stream_args, names) if a] == [want] and not grid_ran(names), names
+
+
+def test_matmul_stream_m34_wide8_off():
+    """GGUF_KERNELS_FAST_M34_WIDE8=0, in a child: test_matmul_stream_m34_wide8's cases on the MT = 4 kernel (v91's
+    bar)."""
+    run_child({"GGUF_KERNELS_FAST_M34_WIDE8": "0"}, f"{__file__}::test_matmul_stream_m34_wide8", "",
+              f"{len(M34_WIDE8)} passed")
+
+
 M2_MT = [("Q4_K", 9728, 2560, "4"), ("IQ4_XS", 11008, 4096, "4"), ("Q4_0", 9728, 2560, "4"), ("MXFP4", 8192, 3072, "4"),
          ("Q4_0", 8192, 3072, "2"), ("Q4_0", 11008, 4096, "2"), ("MXFP4", 18944, 3584, "8"), ("Q8_0", 14336, 4096, "2"),
          ("IQ4_XS", 5120, 5120, "2"), ("Q5_K", 2560, 9728, "2")]

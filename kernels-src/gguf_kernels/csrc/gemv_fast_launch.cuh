@@ -1165,13 +1165,23 @@ cudaError_t launch_stream_mis(const FastArgs& a, cudaStream_t stream) {
 // -> 23.1 / 23.8. At equal stages MT = 8 lost 7-73% (4096 -> 14336, 2048 -> 8192, 8192 -> 28672, Q8_0 5120 -> 17408),
 // but Q6_K 4096 -> 14336 (-19%); M = 2 on MT = 8 won only for MXFP4 and IQ4_XS at 3584 -> 18944 (-13..-17%) and lost
 // 5-86% elsewhere, so M = 2 keeps MT = 2. GGUF_KERNELS_FAST_M34_MT8: 0 never, 1 wherever MT = 8 takes the case.
+// v122: MXFP4 also at 0.85, as v121 at M = 2 on the same plans (1536 -> 8960: 15 stages against 18, 2560 -> 9728: 25
+// against 30). H100, M = 3 / 4, us, MT = 4 -> MT = 8: MXFP4 1536 -> 8960 7.67 / 7.65 -> 6.74 / 6.95, 2560 -> 9728
+// 10.08 / 10.06 -> 9.83 / 9.99; IQ4_XS 1536 -> 8960 7.60 / 7.58 -> 6.88 / 7.33, but 2560 -> 9728 10.09 / 10.04 -> 10.32
+// / 10.44. So IQ4_XS takes it only where MT = 4's stages (2 chunks) leave at least a quarter of their chunk slots
+// idle (K of 1 or 3 chunks), which a 0.85 stage ratio alone does not tell apart (both shapes 0.83).
+// GGUF_KERNELS_FAST_M34_WIDE8=0 keeps v91's bar alone.
 template <int T, typename XT>
 MtChoice m34_choice(const FastArgs& a) {
   static const int knob = env_knob("GGUF_KERNELS_FAST_M34_MT8", -1);
+  static const bool wide = !env_off("GGUF_KERNELS_FAST_M34_WIDE8");
+  const int nch = StreamRecs<T>::chunks(a.K);
+  const bool wide_ok = wide && (T == MXFP4 || (T == IQ4_XS && 4 * (nch & 1) >= nch + 1));
   const StreamChoice c4 = dense_choice<T, XT, 4>(a);
   if (knob != 0 && (knob == 1 || c4.WPC)) {
     const StreamChoice c8 = dense_choice<T, XT, 8>(a);
-    if (c8.WPC && (knob == 1 || 5 * c8.work <= 3 * c4.work)) return {8, c8};
+    if (c8.WPC && (knob == 1 || 5 * c8.work <= 3 * c4.work || (wide_ok && 20 * c8.work <= 17 * c4.work)))
+      return {8, c8};
   }
   return {4, c4};
 }
