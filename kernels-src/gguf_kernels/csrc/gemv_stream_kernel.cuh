@@ -532,14 +532,29 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
     if constexpr (MT != 1) p0 = x_src(threadIdx.x, in0);
     load_from(p0, in0, r0);
   }
-  // every warp's x request ahead of any warp's weights, as when each waited on its x: else the last warps'
-  // x queues behind the first warps' stages, and the records with it (MoE: the ids' barrier below does it)
-  if constexpr (!MOE && MT < 8) __syncthreads();
   // Q6_K's dense row pairs on a full SM (16 warps and more) still convert it first, waiting on x before
   // their stages: their stage decodes longest, and with x late behind 16 warps' stages every warp's
   // records, so its decode, started late (4096 -> 4096 at M = 1: +0.8 us converted late, +0.1 first;
   // NOTES.md v62)
   const bool x_now = T == Q6_K && MT == 1 && !MOE && WPC >= 16;
+  // dense M = 1 (row pairs, ONE): the thread's next XB groups asked for with the first (v123). Each load in the
+  // records' loop waits on the one before, an L2 round trip each behind the SM's first stages: Q6_K 14336 -> 4096
+  // on ONE's 8 warps converts 3.5 groups a thread, Q6_K 4096 -> 1024 on 4 warps 2, MXFP4 / IQ4_XS 14336 -> 4096 2.
+  // XB x GS / 2 registers, held until the records are built (24 for Q6_K's 16-element groups, 16 for the others').
+  // Not at M = 2..4 (H100: Q8_0 4096 -> 1024 at M = 2 +8%, Q4_K +3%) nor MoE (its MXFP4 row pairs spilled 44
+  // bytes more); nor where x_now converts the first group before the stages (Q6_K 4096 -> 4096 +4%).
+  constexpr int XB = MOE || KS || !(MT == 1 || (MT == 2 && ONE)) ? 0 : L::GS == 16 ? 3 : 1;
+  uint4 rx[XB > 0 ? XB : 1][L::GS / 8];
+  if (!x_now) {
+#pragma unroll
+    for (int i = 0; i < XB; ++i) {
+      const int G = threadIdx.x + (i + 1) * blockDim.x;
+      if ((IBLK ? G - lane : G) < nxl * nGp) load_raw(G, rx[i]);  // as the records' loop below
+    }
+  }
+  // every warp's x request ahead of any warp's weights, as when each waited on its x: else the last warps'
+  // x queues behind the first warps' stages, and the records with it (MoE: the ids' barrier below does it)
+  if constexpr (!MOE && MT < 8) __syncthreads();
   float v0[L::GS];
   if (x_now && has0) raw_floats(r0, v0);
   if constexpr (MOE) {  // unroutable ids read expert 0 and write zeros
@@ -613,7 +628,13 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
 #pragma unroll
         for (int e = 0; e < L::GS; ++e) v[e] = v0[e];
       } else {
-        if (G != threadIdx.x) load_raw(G, r0);
+        if (XB == 0 ? G != threadIdx.x : x_now || G >= (int)threadIdx.x + (XB + 1) * (int)blockDim.x)
+          load_raw(G, r0);
+#pragma unroll
+        for (int i = 0; i < XB; ++i)  // the groups loaded with the first
+          if (!x_now && G == (int)threadIdx.x + (i + 1) * (int)blockDim.x)
+#pragma unroll
+            for (int j = 0; j < L::GS / 8; ++j) r0[j] = rx[i][j];
         raw_floats(r0, v);
       }
       if constexpr (IBLK) block_group(v, G, Gl, recs + rec_off(xr));
