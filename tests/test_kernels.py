@@ -519,10 +519,11 @@ RECORDS_SEVERAL = [("Q6_K", 4096, 14336), ("Q6_K", 1024, 4096), ("Q6_K", 1000, 8
 
 @pytest.mark.parametrize("name, N, K", RECORDS_SEVERAL, ids=[f"{c[0]}-{c[2]}-{c[1]}" for c in RECORDS_SEVERAL])
 def test_matmul_stream_records_several(name, N, K, rng):
-    """v123: M = 1, 2 where each thread of the stream kernel builds several x groups' records, the first ones loaded
-    together before the stages (on 132 SMs at M = 1: Q6_K 14336 -> 4096's 4-row units on 8 warps, 3.5 groups a
-    thread; Q6_K 4096 -> 1024's row pairs on 4, 2, and 8192 -> 1000's 4; IQ4_XS and MXFP4 14336 -> 4096 on 8, 2;
-    Q4_K and IQ4_XS 28672 -> 1000 on 4, 7: more than those loaded together), against gguf-py's dequantization."""
+    """v123: M = 1 where each thread of the stream kernel builds several x groups' records, the first ones loaded
+    together before the stages (on 132 SMs: Q6_K 14336 -> 4096's 4-row units on 8 warps, 3.5 groups a thread; Q6_K
+    4096 -> 1024's row pairs on 4, 2, and 8192 -> 1000's 4; IQ4_XS and MXFP4 14336 -> 4096 on 8, 2; Q4_K and IQ4_XS
+    28672 -> 1000 on 4, 7: more than those loaded together), and M = 2 on the same shapes (one group at a time there),
+    against gguf-py's dequantization."""
     for M in (1, 2):
         check_matmul(name, M, N, K, rng)
 
