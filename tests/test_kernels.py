@@ -356,7 +356,7 @@ def test_matmul_stream_m34_mt8(name, mt, rng):
     for M in (3, 4):
         names = check_launch(name, packed, torch.randn(M, 3584, device=DEV, dtype=torch.bfloat16), w)
         if names and mt:
-            assert [stream_args(n).get("MT") for n in names if stream_args(n)] == ["4" if off else mt], names
+            assert stream_mts(names) == ["4" if off else mt], names
 
 
 def test_matmul_stream_m34_mt8_off():
@@ -381,7 +381,7 @@ def test_matmul_stream_m34_wide8(name, N, K, mt, rng):
     for M in (3, 4):
         names = check_launch(name, packed, torch.randn(M, K, device=DEV, dtype=torch.bfloat16), w)
         if names:
-            assert [a["MT"] for a in map(stream_args, names) if a] == [want] and not grid_ran(names), names
+            assert stream_mts(names) == [want] and not grid_ran(names), names
 
 
 def test_matmul_stream_m34_wide8_off():
@@ -414,7 +414,7 @@ def test_matmul_stream_m2_mt(name, N, K, mt, rng):
         if os.environ.get("GGUF_KERNELS_FAST_M2_MT") == "2":  # or the grid, where MT = 2 leaves SMs idle (v92)
             assert all(a["MT"] == "2" or a["GZ"] == "true" for a in args), names
         else:
-            assert [a["MT"] for a in args] == [mt] and not grid_ran(names), names
+            assert stream_mts(names) == [mt] and not grid_ran(names), names
 
 
 def test_matmul_stream_m2_mt_knob():
@@ -439,7 +439,7 @@ def test_matmul_stream_m2_wide8(name, N, K, mt, mt_before, rng):
     names = check_launch(name, packed, x, ref_dequant(packed, name).double())
     if names:
         want = mt_before if os.environ.get("GGUF_KERNELS_FAST_M2_WIDE8") == "0" else mt
-        assert [a["MT"] for a in map(stream_args, names) if a] == [want] and not grid_ran(names), names
+        assert stream_mts(names) == [want] and not grid_ran(names), names
 
 
 def test_matmul_stream_m2_wide8_off():
@@ -669,6 +669,11 @@ def stream_args(name: str) -> dict[str, str]:
         return {}
     args = name.split("gemv_stream_kernel<", 1)[1].split(">", 1)[0].split(",")
     return {k: v.strip() for k, v in zip(STREAM_ARGS, args)}
+
+
+def stream_mts(names: list[str]) -> list[str]:
+    """The MT template argument of each gemv_stream_kernel among the launched kernels, in launch order."""
+    return [a["MT"] for a in map(stream_args, names) if a]
 
 
 def grid_ran(names: list[str]) -> bool:
