@@ -8,8 +8,9 @@ them), the timed calls captured back to back in one CUDA graph, replayed; the me
 over the copies is reported. The M <= 8 stream kernels start as programmatic dependent launches, so
 each call's first CTAs overlap the previous call's last ones, as consecutive projections (k and v
 after q, up after gate) do in a decode step; `benchmarks/gemv_probe.cu layer` times a whole layer's
-sequence with the kernels that write x in between. GB/s counts packed weight bytes once per call;
-TFLOP/s counts 2*M*N*K.
+sequence with the kernels that write x in between. GB/s counts packed weight bytes once per call (MoE: the
+experts its routing hits, each once; tables before session 79 counted min(E, T * top_k) experts); TFLOP/s counts
+2*M*N*K.
 llama.cpp's figures come from `--llama` (a JSON written by benchmarks/llama_mm_bench, its column
 labelled `--llama-label`, "same run" from device_run.sh, else the file's name) when given, otherwise
 from ANCHORS.md (another day: compare ratios with care).
@@ -179,7 +180,7 @@ def bench_moe(kmod, name: str, label: str, K: int, N: int, E: int, top_k: int, t
         ids = torch.rand(T, E, device=DEV, generator=g).argsort(dim=1)[:, :top_k].contiguous()
         c = C if T <= 64 else min(C, 4)
         us = time_calls([lambda w=w: kmod.moe_matmul(x, w, ids, q) for w in ws[:c]])
-        hit = min(E, T * top_k)  # experts touched, at most (bytes read, roughly)
+        hit = int(ids.unique().numel())  # the experts read (random routing hits ~52 of 128 at Qwen3's T = 8, not 64)
         rows.append(dict(kind="moe", type=name, K=K, N=N, M=T, us=us,
                          gbs=weight_bytes(name, K, N) * hit / us / 1e3,
                          tflops=2 * T * top_k * N * K / us / 1e6, label=f"{label} x{E} top-{top_k}, x row a {x_rows}"))

@@ -6,6 +6,11 @@ bench.md), no GPU:
 Targets (issue 3): dense M = 1 weight bandwidth >= 1.5x llama.cpp's, or >= 80% of the card's copy rate (the
 table's header line "device copy N GB/s") where that is lower; M = 8 >= 2x; M = 512 >= 1.5x; MoE >= 1.5x at
 T = 1, 8, 32, 512. Prints the misses and the count met; rows without llama.cpp's time are not target rows.
+
+For each miss it also prints the time the target asks for and the time the row's weight bytes (GB/s x us) take at the
+copy rate alone: where the headroom between them is under a launch's fixed part (2.2-3 us, NOTES.md session 55), no
+kernel reaches the target on that card. MoE rows count the experts hit from session 79's tables on (earlier ones:
+min(E, T * top_k), which overstates their bytes).
 """
 from __future__ import annotations
 
@@ -40,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     copy = args.copy if args.copy is not None else float(m.group(1))
     floor = 0.8 * copy
     met = total = 0
-    print(f"| kind | type | K -> N | M | llama / ours | target | met |\n| --- | --- | --- | ---: | ---: | --- | --- |")
+    print("| kind | type | K -> N | M | llama / ours | target | met | target us | bytes at copy rate us |\n"
+          "| --- | --- | --- | ---: | ---: | --- | --- | ---: | ---: |")
     for kind, name, shape, M, ours, gbs, llama in rows(text):
         need = RATIO.get((kind, M))
         if need is None:
@@ -51,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         met += ok
         if not ok:
             print(f"| {kind} | {name} | {shape} | {M} | {ratio:.2f}x | {need}x"
-                  f"{f' or {floor:.0f} GB/s' if kind == 'dense' and M == 1 else ''} | no ({gbs:.0f} GB/s) |")
+                  f"{f' or {floor:.0f} GB/s' if kind == 'dense' and M == 1 else ''} | no ({gbs:.0f} GB/s) | "
+                  f"{llama / need:.1f} | {gbs * ours / copy:.1f} |")
     print(f"\n{met} of {total} target rows met (M = 1 floor: 80% of {copy:.0f} GB/s = {floor:.0f} GB/s)")
     return 0
 
