@@ -385,8 +385,11 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
   }
   // Pairs grouped by expert. On the tile kernel, tiles of the mean pairs per hit expert (same-run A/B
   // on the H200: Qwen3-30B-A3B at T = 512, mean 32, took 150 us in tiles of 32 and 167 in tiles of
-  // 64; gpt-oss-20b, mean 64: 386 us in tiles of 64 and 484 in tiles of 32).
-  const int mt = tile ? tile_tokens((P + std::min(E, P) - 1) / std::min(E, P), 64) : mma ? gq::MMA_MT : gq::GEMV_MT;
+  // 64; gpt-oss-20b, mean 64: 386 us in tiles of 64 and 484 in tiles of 32); GGUF_KERNELS_MOE_TT (8, 16, 32, 64)
+  // sets the tile's tokens, for A/B runs.
+  static const int tt_knob = env_int("GGUF_KERNELS_MOE_TT", 0);
+  const int mt = tile ? (tt_knob ? tile_tokens(tt_knob, 64) : tile_tokens((P + std::min(E, P) - 1) / std::min(E, P), 64))
+                      : mma ? gq::MMA_MT : gq::GEMV_MT;
   const int64_t max_chunks = (P + mt - 1) / mt + E + 1;
   at::Tensor sorted = at::empty({P}, id.options().dtype(at::kInt));
   at::Tensor chunks = at::empty({max_chunks, 4}, id.options().dtype(at::kInt));
