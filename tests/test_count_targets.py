@@ -38,12 +38,15 @@ def test_floor_from_the_header(capsys):
 
 def test_miss_bounds(tmp_path, capsys):
     """A miss's row gives the time its target asks for (llama.cpp's / the ratio) and its bytes' time at the copy rate
-    (GB/s x us / copy), worked by hand: 2000 GB/s for 10 us is 20 MB, 8 us at 2500 GB/s; 15 us / 2 is 7.5."""
+    (GB/s x us / copy), worked by hand: 2000 GB/s for 10 us is 20 MB, 8 us at 2500 GB/s; 15 us / 2 is 7.5. An M = 1
+    miss takes the later of 1.5x's time and the floor's: 12 / 1.5 = 8 us against 10 MB at 2000 GB/s, 5 us."""
     table = tmp_path / "t.md"
     table.write_text("device copy 2500 GB/s\n\n| kind | type | K -> N | M | ours us | weight GB/s | TFLOP/s | llama | r |\n"
                      "| dense | Q8_0 | 4096 -> 4096 | 8 | 10.0 | 2000 | 1.0 | 15.0 | 1.50x |\n"
-                     "| dense | Q8_0 | 4096 -> 4096 | 1 | 10.0 | 2000 | 1.0 | 20.0 | 2.00x |\n")
+                     "| dense | Q8_0 | 4096 -> 4096 | 1 | 10.0 | 2000 | 1.0 | 20.0 | 2.00x |\n"
+                     "| dense | Q8_0 | 4096 -> 1024 | 1 | 10.0 | 1000 | 1.0 | 12.0 | 1.20x |\n")
     assert load_tool().main([str(table)]) == 0
     out = capsys.readouterr().out
     assert "| dense | Q8_0 | 4096 -> 4096 | 8 | 1.50x | 2.0x | no (2000 GB/s) | 7.5 | 8.0 |" in out
-    assert out.rstrip().endswith("1 of 2 target rows met (M = 1 floor: 80% of 2500 GB/s = 2000 GB/s)")
+    assert "| dense | Q8_0 | 4096 -> 1024 | 1 | 1.20x | 1.5x or 2000 GB/s | no (1000 GB/s) | 8.0 | 4.0 |" in out
+    assert out.rstrip().endswith("1 of 3 target rows met (M = 1 floor: 80% of 2500 GB/s = 2000 GB/s)")
