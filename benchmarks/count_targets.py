@@ -9,8 +9,8 @@ T = 1, 8, 32, 512. Prints the misses and the count met; rows without llama.cpp's
 
 For each miss it also prints the time that meets its target (M = 1: the later of the ratio's and the floor's) and the
 time the row's weight bytes (GB/s x us) take at the copy rate alone: where the headroom between them is under a
-launch's fixed part (2.2-3 us, NOTES.md session 55), no kernel reaches the target on that card. MoE rows count the experts hit from session 79's tables on (earlier ones:
-min(E, T * top_k), which overstates their bytes).
+launch's fixed part (2.2-3 us, NOTES.md session 55), no kernel reaches the target on that card. MoE rows count the
+experts hit from session 79's tables on (earlier ones: min(E, T * top_k), which overstates their bytes).
 """
 from __future__ import annotations
 
@@ -57,11 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         ok = ratio >= need or (m1 and gbs >= floor)
         met += ok
         if not ok:
+            kb = gbs * ours  # the row's weight bytes, kB (GB/s x us)
             # the time that meets it: M = 1 takes the later of the ratio's and the floor's
-            target_us = max(llama / need, gbs * ours / floor) if m1 else llama / need
+            target_us = max(llama / need, kb / floor) if m1 else llama / need
             print(f"| {kind} | {name} | {shape} | {M} | {ratio:.2f}x | {need}x"
                   f"{f' or {floor:.0f} GB/s' if m1 else ''} | no ({gbs:.0f} GB/s) | {target_us:.1f} | "
-                  f"{gbs * ours / copy:.1f} |")
+                  f"{kb / copy:.1f} |")
     print(f"\n{met} of {total} target rows met (M = 1 floor: 80% of {copy:.0f} GB/s = {floor:.0f} GB/s)")
     return 0
 

@@ -174,6 +174,13 @@ int tile_tokens(int64_t n, int cap) {
   while (tt < cap && tt < n) tt *= 2;
   return tt;
 }
+// Tokens a tile of MoE pairs grouped by expert: the mean pairs per hit expert (same-run A/B on the H200: Qwen3-30B-A3B
+// at T = 512, mean 32, took 150 us in tiles of 32 and 167 in tiles of 64; gpt-oss-20b, mean 64: 386 us in tiles of 64
+// and 484 in tiles of 32). GGUF_KERNELS_MOE_TT (8, 16, 32, 64) sets it, for A/B runs.
+int moe_tile_tokens(int64_t P, int64_t E) {
+  static const int v = env_int("GGUF_KERNELS_MOE_TT", 0);
+  return tile_tokens(v > 0 ? v : (P + std::min(E, P) - 1) / std::min(E, P), 64);
+}
 // bf16/fp16 activations use the tensor-core small-M kernel unless GGUF_KERNELS_NO_MMA=1.
 bool use_mma(DType xt) {
   static const bool off = env_int("GGUF_KERNELS_NO_MMA", 0) != 0;
@@ -383,13 +390,8 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
       return out;
     }
   }
-  // Pairs grouped by expert. On the tile kernel, tiles of the mean pairs per hit expert (same-run A/B
-  // on the H200: Qwen3-30B-A3B at T = 512, mean 32, took 150 us in tiles of 32 and 167 in tiles of
-  // 64; gpt-oss-20b, mean 64: 386 us in tiles of 64 and 484 in tiles of 32); GGUF_KERNELS_MOE_TT (8, 16, 32, 64)
-  // sets the tile's tokens, for A/B runs.
-  static const int tt_knob = env_int("GGUF_KERNELS_MOE_TT", 0);
-  const int mt = tile ? (tt_knob ? tile_tokens(tt_knob, 64) : tile_tokens((P + std::min(E, P) - 1) / std::min(E, P), 64))
-                      : mma ? gq::MMA_MT : gq::GEMV_MT;
+  // Pairs grouped by expert.
+  const int mt = tile ? moe_tile_tokens(P, E) : mma ? gq::MMA_MT : gq::GEMV_MT;
   const int64_t max_chunks = (P + mt - 1) / mt + E + 1;
   at::Tensor sorted = at::empty({P}, id.options().dtype(at::kInt));
   at::Tensor chunks = at::empty({max_chunks, 4}, id.options().dtype(at::kInt));
