@@ -370,6 +370,29 @@ def test_cuda_decoders_read_nothing_past_the_rows(host_decoders, name, tmp_path)
     assert run(1).returncode == -11  # the rows' last byte under the guard: the read of it is caught
 
 
+def test_iq4_bf16_pairs_are_gguf_pys_kvalues(host_decoders):
+    """The tile kernel's IQ4_XS decode under bf16 (v125) looks up each nibble of a qs word (Q4_0 layout: byte i holds
+    element 4p + i low, 16 + 4p + i high) in two byte tables and joins them into bf16 pairs; every pair must be
+    gguf-py's kvalues of its two elements, exactly, in the documented order."""
+    import ctypes
+
+    import numpy as np
+    from gguf.quants import IQ4_NL
+
+    words = np.random.default_rng().integers(0, 2**32, 4096, dtype=np.uint32)
+    words[:2] = (0x76543210, 0xFEDCBA98)  # every nibble value in every position
+    out = np.zeros((words.size, 4), np.uint32)
+    host_decoders.iq4_bf16_pairs_of(words.ctypes.data_as(ctypes.c_void_p), words.size,
+                                    out.ctypes.data_as(ctypes.c_void_p))
+    got = (out[:, :, None] >> np.array([0, 16], np.uint32) & 0xFFFF).astype(np.uint32) << 16  # [n, pair, half]
+    got = got.view(np.float32)
+    nib = (words[:, None] >> (4 * np.arange(8, dtype=np.uint32))) & 0xF  # nibble k: byte k // 2, high if k odd
+    kv = np.asarray(IQ4_NL.kvalues, np.float32).reshape(-1)[nib]
+    # pairs: {4p, 4p + 1} = nibbles 0, 2; {16 + 4p, 17 + 4p} = 1, 3; {4p + 2, 4p + 3} = 4, 6; {18 + 4p, 19 + 4p} = 5, 7
+    want = kv[:, [[0, 2], [1, 3], [4, 6], [5, 7]]]
+    np.testing.assert_array_equal(got, want)
+
+
 def test_iq_grid_header_is_gguf_pys_tables():
     """csrc/iq_grids.h is what tools/gen_iq_grids.py writes from the installed gguf-py."""
     import importlib.util

@@ -42,40 +42,8 @@ namespace fast {
 
 constexpr uint32_t H1024 = 0x64006400u;  // fp16 {1024, 1024}
 
-// prmt.b32 with a selector whose nibbles have bit 3 clear (no masking: __byte_perm would add a LOP3).
-GQ_HD uint32_t prmt_raw(uint32_t a, uint32_t b, uint32_t s) {
-#if defined(__CUDA_ARCH__)
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
-  return r;
-#else
-  return perm(a, b, s);
-#endif
-}
-
-// (w & MASK) | c in one LOP3 (the compiler splits two immediates into two LOP3s; keep c in a register).
-template <uint32_t MASK> GQ_HD uint32_t and_or(uint32_t w, uint32_t c) {
-#if defined(__CUDA_ARCH__)
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "n"(MASK), "r"(c));
-  return r;
-#else
-  return (w & MASK) | c;
-#endif
-}
 // fp16 pairs {1024 + code} from nibbles / bytes (low half <- first element).
 template <uint32_t MASK> GQ_HD uint32_t and_or_h(uint32_t w) { return and_or<MASK>(w, H1024); }
-// v >> N as IMAD.HI (v x 2^(32 - N), high word) on the FMA pipe, where SHF takes the ALU pipe: IQ4_XS's
-// stage is bound by the ALU pipe (PRMT, LOP3, SHF: 785 instructions of a stage of 32 mma at MT = 2) while its
-// FMA pipe issues a third as many (NOTES.md v95).
-template <int N> GQ_HD uint32_t shr_fma(uint32_t v) {
-  static_assert(N > 0 && N < 32, "shift of 1..31");
-#if defined(__CUDA_ARCH__)
-  return __umulhi(v, 1u << (32 - N));
-#else
-  return v >> N;
-#endif
-}
 GQ_HD uint32_t nib_lo(uint32_t w) { return and_or_h<0x000F000Fu>(w); }  // lo nibbles of bytes 0, 2
 GQ_HD uint32_t nib_hi(uint32_t w) { return and_or_h<0x00F000F0u>(w); }  // 16 x hi nibbles of bytes 0, 2
 GQ_HD uint32_t byte_lo(uint32_t u) { return perm(u, 0x64646464u, 0x4140); }  // bytes 0, 1
@@ -103,16 +71,6 @@ template <int A> GQ_HD uint32_t ldw(const uint8_t* p) {
 }
 GQ_HD float f16v(const uint8_t* p) { return f16_at(p); }
 
-// 16-entry byte table (entry n = byte n % 4 of t[n / 4]) applied to the 8 nibbles of w:
-// c0 = entries of nibbles 0..3, c1 = nibbles 4..7 (bit 3 of a nibble picks t2/t3).
-// 12 ALU instructions (10 PRMT, 2 LOP3) and 3 IMAD.HI for the shifts (v95; was 16 ALU).
-GQ_HD void lut8(uint32_t w, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3, uint32_t& c0, uint32_t& c1) {
-  const uint32_t s = w & 0x77777777u;
-  const uint32_t sel = and_or<0x44444444u>(shr_fma<1>(w), 0x32103210u);
-  const uint32_t s16 = shr_fma<16>(s), sel16 = shr_fma<16>(sel);
-  c0 = prmt_raw(prmt_raw(t0, t1, s), prmt_raw(t2, t3, s), sel);
-  c1 = prmt_raw(prmt_raw(t0, t1, s16), prmt_raw(t2, t3, s16), sel16);
-}
 // kvalues_iq4nl + 128
 constexpr uint32_t IQ4U_T0 = 0x3F2D1801u, IQ4U_T1 = 0x766A5D4Fu, IQ4U_T2 = 0xA6998D81u, IQ4U_T3 = 0xF1D9C5B5u;
 

@@ -82,8 +82,88 @@ GQ_HD uint32_t lut16(uint32_t codes, uint32_t t0, uint32_t t1, uint32_t t2, uint
   return (hi & m) | (lo & ~m);
 }
 
+// prmt.b32 with a selector whose nibbles have bit 3 clear (no masking: __byte_perm would add a LOP3).
+GQ_HD uint32_t prmt_raw(uint32_t a, uint32_t b, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
+  return r;
+#else
+  return perm(a, b, s);
+#endif
+}
+
+// (w & MASK) | c in one LOP3 (the compiler splits two immediates into two LOP3s; keep c in a register).
+template <uint32_t MASK> GQ_HD uint32_t and_or(uint32_t w, uint32_t c) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "n"(MASK), "r"(c));
+  return r;
+#else
+  return (w & MASK) | c;
+#endif
+}
+
+// v >> N as IMAD.HI (v x 2^(32 - N), high word) on the FMA pipe, where SHF takes the ALU pipe: IQ4_XS's
+// stage is bound by the ALU pipe (PRMT, LOP3, SHF: 785 instructions of a stage of 32 mma at MT = 2) while its
+// FMA pipe issues a third as many (NOTES.md v95).
+template <int N> GQ_HD uint32_t shr_fma(uint32_t v) {
+  static_assert(N > 0 && N < 32, "shift of 1..31");
+#if defined(__CUDA_ARCH__)
+  return __umulhi(v, 1u << (32 - N));
+#else
+  return v >> N;
+#endif
+}
+
+// 16-entry byte table (entry n = byte n % 4 of t[n / 4]) applied to the 8 nibbles of w:
+// c0 = entries of nibbles 0..3, c1 = nibbles 4..7 (bit 3 of a nibble picks t2/t3).
+// 12 ALU instructions (10 PRMT, 2 LOP3) and 3 IMAD.HI for the shifts (v95; was 16 ALU).
+GQ_HD void lut8(uint32_t w, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3, uint32_t& c0, uint32_t& c1) {
+  const uint32_t s = w & 0x77777777u;
+  const uint32_t sel = and_or<0x44444444u>(shr_fma<1>(w), 0x32103210u);
+  const uint32_t s16 = shr_fma<16>(s), sel16 = shr_fma<16>(sel);
+  c0 = prmt_raw(prmt_raw(t0, t1, s), prmt_raw(t2, t3, s), sel);
+  c1 = prmt_raw(prmt_raw(t0, t1, s16), prmt_raw(t2, t3, s16), sel16);
+}
+
 // kvalues_iq4nl (ggml-common.h) as int8 bytes, little-endian words.
 constexpr uint32_t IQ4_T0 = 0xBFAD9881u, IQ4_T1 = 0xF6EADDCFu, IQ4_T2 = 0x26190D01u, IQ4_T3 = 0x71594535u;
+// kvalues_iq4nl as bf16 (integers of at most 7 significant bits, so exact): the low bytes (IQ4BL) and the
+// high bytes (IQ4BH) of their bit patterns, as two 16-entry byte tables.
+constexpr uint32_t IQ4BL_T0 = 0x82A6D0FEu, IQ4BL_T1 = 0x20B00C44u, IQ4BL_T2 = 0x18C85080u, IQ4BL_T3 = 0xE2B28A54u;
+constexpr uint32_t IQ4BH_T0 = 0xC2C2C2C2u, IQ4BH_T1 = 0xC1C1C2C2u, IQ4BH_T2 = 0x4241413Fu, IQ4BH_T3 = 0x42424242u;
+
+// The bf16 pairs of kvalues_iq4nl of one word w of a 32-element sub-block's qs in the Q4_0 nibble layout
+// (bytes 4p..4p+3: elements 4p + i in the low nibbles, 16 + 4p + i in the high): v[0] = elements {4p, 4p + 1},
+// v[1] = {16 + 4p, 17 + 4p}, v[2] = {4p + 2, 4p + 3}, v[3] = {18 + 4p, 19 + 4p} (low half the first). Both
+// tables go through lut8 with the same selectors, then one PRMT a pair joins low and high bytes. z: 0, opaque
+// to the compiler (iq4_bf16_opaque_zero), XOR-ed into the tables' first words (PRMT's first source) so that ptxas
+// keeps them in general registers instead of copying each from a uniform register before its PRMT (v116's
+// lever in the stream kernels).
+GQ_HD void iq4_bf16_pairs(uint32_t w, uint32_t z, uint32_t (&v)[4]) {
+  uint32_t l0, l1, h0, h1;  // entries of nibbles 0..3 (bytes 0, 1 of w) and 4..7 (bytes 2, 3)
+  lut8(w, IQ4BL_T0 ^ z, IQ4BL_T1, IQ4BL_T2 ^ z, IQ4BL_T3, l0, l1);
+  lut8(w, IQ4BH_T0 ^ z, IQ4BH_T1, IQ4BH_T2 ^ z, IQ4BH_T3, h0, h1);
+  v[0] = prmt_raw(l0, h0, 0x6240u);  // nibbles 0 and 2: the low nibbles of bytes 0, 1
+  v[1] = prmt_raw(l0, h0, 0x7351u);  // nibbles 1 and 3: their high nibbles
+  v[2] = prmt_raw(l1, h1, 0x6240u);
+  v[3] = prmt_raw(l1, h1, 0x7351u);
+}
+// 0 as each lane's id XOR its neighbour's (a shfl.sync of every lane): a per-lane value ptxas cannot fold, so
+// the tables XOR-ed with it stay in general registers (a shfl of a constant 0, v116's form, folds here before
+// registers are picked, and the tables go back to uniform registers and their copies: 118-124 IMAD.U32 a chunk).
+GQ_HD uint32_t iq4_bf16_opaque_zero() {
+#if defined(__CUDA_ARCH__)
+  uint32_t l, z;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+  asm volatile("shfl.sync.bfly.b32 %0, %1, 1, 0x1f, 0xffffffff;" : "=r"(z) : "r"(l));
+  return z ^ l ^ 1u;
+#else
+  return 0u;
+#endif
+}
+
 // kvalues_mxfp4: e2m1 values doubled {0,1,2,3,4,6,8,12,-0,-1,-2,-3,-4,-6,-8,-12}.
 constexpr uint32_t FP4_T0 = 0x03020100u, FP4_T1 = 0x0C080604u, FP4_T2 = 0xFDFEFF00u, FP4_T3 = 0xF4F8FAFCu;
 
@@ -393,17 +473,23 @@ GQ_HD void decode_codes<Q6_K>(const uint8_t* row, int u, int p, bool, Codes& r) 
 // block_iq4_xs { ggml_half d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; }:
 // sub-block ib (32 elements): qs[16ib..] in the Q4_0 nibble layout; 6-bit scale ls = scales_l
 // nibble | 2 bits of scales_h; x = d * (ls - 32) * kvalues_iq4nl[q].
-template <>
-GQ_HD void decode_codes<IQ4_XS>(const uint8_t* row, int u, int p, bool, Codes& r) {
+// Unit u's two qs words of part p, A of sub-block 2(u & 3) and B of the next, and their scales d0, d1.
+GQ_HD void iq4xs_unit(const uint8_t* row, int u, int p, uint32_t& A, uint32_t& B, float& d0, float& d1) {
   const uint8_t* b = row + (u >> 2) * 136;
   const int c = u & 3;
   const float d = f16_at(b);
   const uint32_t sh = u16_at(b + 2);
   const uint32_t sl = b[4 + c];  // scales_l[(2c)/2]: low nibble for sub-block 2c, high for 2c+1
-  const float d0 = d * (float)((int)((sl & 0xF) | (((sh >> (4 * c)) & 3) << 4)) - 32);
-  const float d1 = d * (float)((int)((sl >> 4) | (((sh >> (4 * c + 2)) & 3) << 4)) - 32);
-  const uint32_t A = u32_a4(b + 8 + 32 * c + 4 * p);
-  const uint32_t B = u32_a4(b + 8 + 32 * c + 16 + 4 * p);
+  d0 = d * (float)((int)((sl & 0xF) | (((sh >> (4 * c)) & 3) << 4)) - 32);
+  d1 = d * (float)((int)((sl >> 4) | (((sh >> (4 * c + 2)) & 3) << 4)) - 32);
+  A = u32_a4(b + 8 + 32 * c + 4 * p);
+  B = u32_a4(b + 8 + 32 * c + 16 + 4 * p);
+}
+template <>
+GQ_HD void decode_codes<IQ4_XS>(const uint8_t* row, int u, int p, bool, Codes& r) {
+  uint32_t A, B;
+  float d0, d1;
+  iq4xs_unit(row, u, p, A, B, d0, d1);
   r.c[0] = iq4_codes(nib_lo4(A));
   r.c[1] = iq4_codes(nib_hi4(A));
   r.c[2] = iq4_codes(nib_lo4(B));

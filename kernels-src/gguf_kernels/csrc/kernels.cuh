@@ -409,6 +409,29 @@ __device__ __forceinline__ void unit_frags(const uint8_t* pg, const uint8_t* pg8
         a[2 * h + 1][r + 2] = fix(e2m1_pair_mb<MB, 3>(w), s2);
       }
     }
+  } else if constexpr (T == IQ4_XS && std::is_same<XT, __nv_bfloat16>::value) {
+    // kvalues_iq4nl need 8 bits, past bf16's code trick (PairConv); their bf16 pairs come from two byte tables
+    // (iq4_bf16_pairs), times the sub-block's scale as a bf16 pair: two roundings where the fp32 route has one
+    // (within bf16's, as PairConv's scale and offset): the stage loop 1923 -> 1483 instructions (NT = 4), Q4_K's 1487.
+    const uint32_t z = iq4_bf16_opaque_zero();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      uint32_t w[2];
+      float d[2];
+      iq4xs_unit(r ? pg8 : pg, uu, c, w[0], w[1], d[0], d[1]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t v[4];
+        iq4_bf16_pairs(w[h], z, v);
+        const uint32_t s2 = pack2<XT>(d[h], d[h]);
+        const __nv_bfloat162 S = *reinterpret_cast<const __nv_bfloat162*>(&s2);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {  // v[j] -> tile 2h + (j & 1), slot r (+ 2 for elements 4c + 2, 4c + 3)
+          const __nv_bfloat162 p = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v[j]), S);
+          a[2 * h + (j & 1)][r + (j & 2)] = *reinterpret_cast<const uint32_t*>(&p);
+        }
+      }
+    }
   } else if constexpr (PairConv<XT, CodeBits<T>::BITS>::OK) {  // codes straight to bf16/fp16 pairs
     Codes cg, cg8;
     decode_codes<T>(pg, uu, c, full, cg);

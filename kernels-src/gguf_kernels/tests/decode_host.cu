@@ -34,3 +34,13 @@ extern "C" int decode_rows(int t, const uint8_t* d, int rows, int rb, int K, flo
   }
   return 1;
 }
+
+// The bf16 pairs of kvalues_iq4nl that the tile kernel's IQ4_XS decode builds from qs words (iq4_bf16_pairs), for
+// words[i]: out[4i + j] = v[j].
+extern "C" void iq4_bf16_pairs_of(const uint32_t* words, int n, uint32_t* out) {
+  for (int i = 0; i < n; ++i) {
+    uint32_t v[4];
+    iq4_bf16_pairs(words[i], 0u, v);
+    for (int j = 0; j < 4; ++j) out[4 * i + j] = v[j];
+  }
+}
