@@ -909,16 +909,24 @@ def test_moe_matmul_flat_ragged_iq4xs(dtype, x3d, rng):
             assert (rflat, brun) == (flat and K > 1024, flat and K <= 1024), (K, N, T, names)
 
 
+def tile_nt(names: list[str]) -> set[int]:
+    """The NT template argument (token groups of 8 a tile) of each tile_kernel among the launched kernels."""
+    return {int(n.split("tile_kernel<", 1)[1].split(",")[1]) for n in names if "tile_kernel<" in n}
+
+
 @pytest.mark.parametrize("x3d", [False, True])
-def test_moe_matmul_pairs_many_iq4xs(x3d, rng):
-    """IQ4_XS's MoE pairs past 64, up to 256 (Qwen3-30B-A3B's T = 32 of top 8), run as pairs where the tile kernel is on
-    (v115), since its grouped path is the slower: its gate (K = 2048, x a row a token) and down (K = 768, rows of 408
-    bytes; x a row a pair) shapes at T = 16 and 32 over 16 experts, an expert twice and unroutable ids (-1, E), against
-    gguf-py's dequantized weights. The launch, where CUPTI is free: the stream kernel's MoE form, no tile kernel; Q4_K's
-    256 pairs grouped by expert on the tile kernel as before."""
-    E, top_k = 16, 8
-    for name, K, N, T in [("IQ4_XS", 2048, 768, 16), ("IQ4_XS", 2048, 768, 32), ("IQ4_XS", 768, 2048, 16),
-                          ("IQ4_XS", 768, 2048, 32), ("Q4_K", 768, 2048, 32)]:
+def test_moe_matmul_many_pairs_grouped(x3d, rng):
+    """Past 64 pairs every type groups them by expert onto the tile kernel (IQ4_XS too since v125's decode; v115 had
+    kept its 256 as pairs), in tiles of the mean pairs per expert, and of twice that for Q4_K and IQ4_XS from a mean of
+    32: Qwen3-30B-A3B's gate (K = 2048, x a row a token) and down (K = 768, rows of 408 bytes for IQ4_XS; x a row a
+    pair) at T = 16 and 32 of top 8 over 16 experts (means 8 and 16: tiles of 8 and 16 tokens, NT = 1, 2) and over 8
+    experts at T = 32 (mean 32: NT = 8 for Q4_K and IQ4_XS, 4 for Q8_0), an expert twice and unroutable ids (-1, E),
+    against gguf-py's dequantized weights. The launch is checked where CUPTI is free."""
+    top_k = 8
+    cases = [("IQ4_XS", 2048, 768, 16, 16, 1), ("IQ4_XS", 2048, 768, 16, 32, 2), ("IQ4_XS", 768, 2048, 16, 16, 1),
+             ("IQ4_XS", 768, 2048, 16, 32, 2), ("Q4_K", 768, 2048, 16, 32, 2), ("Q4_K", 768, 2048, 8, 32, 8),
+             ("IQ4_XS", 2048, 768, 8, 32, 8), ("Q8_0", 2048, 768, 8, 32, 4)]
+    for name, K, N, E, T, nt in cases:
         packed = random_packed(name, (E, N), K, rng)
         w = ref_dequant(packed, name).double()
         ids = torch.from_numpy(np.argsort(rng.random((T, E)), axis=1)[:, :top_k].copy()).to(DEV)
@@ -929,8 +937,7 @@ def test_moe_matmul_pairs_many_iq4xs(x3d, rng):
         names = kernels_launched(lambda: check_moe_with_unroutable(x, packed, w, ids, name, TOL[torch.bfloat16]))
         if names:
             pairs = any(stream_args(n).get("MOE") == "true" for n in names)
-            tiled = any("tile_kernel" in n for n in names)
-            assert (pairs, tiled) == (name == "IQ4_XS", name != "IQ4_XS"), (name, K, N, T, names)
+            assert (pairs, tile_nt(names)) == (False, {nt}), (name, K, N, E, T, names)
 
 
 @pytest.mark.parametrize("flat", ["0", "3", "4"])
@@ -995,8 +1002,8 @@ def test_moe_matmul_tile(name, K, E, T, rng):
     """Rows not a multiple of 16 bytes (K = 2880), odd N, unroutable ids (-1, E) giving zero rows:
     few pairs (T = 1, the pairs kernels), then more than 64 pairs on the tile kernel in tiles of the
     mean pairs per expert: 8 (64 experts, T = 40), 16 (T = 400), 32 (8 experts, T = 120) and 64
-    tokens (4 experts, T = 150; K = 2880 split over two CTAs). IQ4_XS keeps up to 256 pairs on the
-    stream kernel (v115), so its tiles are T = 400 and 150, on its bf16 table decode (v125)."""
+    tokens (4 experts, T = 150; K = 2880 split over two CTAs). IQ4_XS's tiles decode through its bf16
+    byte tables (v125)."""
     N, top_k = 200, 2
     packed = random_packed(name, (E, N), K, rng)
     w = ref_dequant(packed, name).double()

@@ -126,15 +126,13 @@ int fast_max_m() {
   static const int v = env_int("GGUF_KERNELS_FAST_MAX_M", 8);
   return v;
 }
-// Most pairs run as pairs (one launch over all of them) before grouping by expert: 64; IQ4_XS 256 where the tile kernel
-// is on (`tile`), since its grouped path there (the tile kernel's fp16 decode) reads ~0.95 TB/s at Qwen3-30B-A3B's T =
-// 32: session 75's knob rows on an H100, GGUF_KERNELS_MOE_PAIRS_MAX=256, one run each: its gate 114.2 -> 97.1 us, down
-// 109.3 -> 91.6; Q4_K's gate level, down 66.1 -> 79.5, so the other types keep 64. Where the fast pairs decline such a
-// case it is grouped as before (P >= moe_group_min()). GGUF_KERNELS_MOE_PAIRS_MAX sets it for every type.
-int moe_pairs_max(int64_t qtype, bool tile) {
-  static const int v = env_int("GGUF_KERNELS_MOE_PAIRS_MAX", -1);
-  if (v >= 0) return v;
-  return qtype == gq::IQ4_XS && tile ? 256 : 64;
+// Most pairs run as pairs (one launch over all of them) before grouping by expert: 64. (v115 gave IQ4_XS 256 while the
+// tile kernel decoded it through fp32; since v125's table decode its tiles take Qwen3-30B-A3B's T = 32 as fast or faster:
+// session 80, H100, gate 88.2 against the pairs' 87.7 us, down 82.6 against 90.9.) Where the fast pairs decline such a
+// case it is grouped as before (P >= moe_group_min()). GGUF_KERNELS_MOE_PAIRS_MAX sets it.
+int moe_pairs_max() {
+  static const int v = env_int("GGUF_KERNELS_MOE_PAIRS_MAX", 64);
+  return v;
 }
 // Fewest pairs that are grouped by expert (tile kernel) rather than run on gemv_mma_kernel's pairs
 // when the stream kernel does not take them, or on the stream kernel when its rows are not whole
@@ -153,7 +151,8 @@ int moe_group_min() {
 // tile_fast_kernel's); MXFP4 and IQ4_XS keep tile_fast_kernel to M = 16. Against dequantize + cuBLAS
 // at M = 64 (two tiles of 32), since v31: 0.69-0.93x of its time for those types and MXFP4 on
 // 4096 -> 14336 and 14336 -> 4096, IQ4_XS 1.07x on 4096 -> 14336. The types not measured keep
-// M = 17..32. GGUF_KERNELS_TILE_MAX_M=0 turns the tile kernel off, for MoE too.
+// M = 17..32, but IQ4_XS takes M = 64 too since v125 (its tiles decode as Q4_K's: session 80, H100, ...).
+// GGUF_KERNELS_TILE_MAX_M=0 turns the tile kernel off, for MoE too.
 bool tile_measured_type(int64_t qtype) {
   return qtype == gq::Q4_0 || qtype == gq::Q4_K || qtype == gq::Q5_K || qtype == gq::Q6_K || qtype == gq::Q8_0;
 }
@@ -165,7 +164,7 @@ int tile_min_m(int64_t qtype) {
 int tile_max_m(int64_t qtype) {
   static const int v = env_int("GGUF_KERNELS_TILE_MAX_M", -1);
   if (v >= 0) return v;
-  return tile_measured_type(qtype) || qtype == gq::MXFP4 ? 64 : 32;
+  return tile_measured_type(qtype) || qtype == gq::MXFP4 || qtype == gq::IQ4_XS ? 64 : 32;
 }
 // Tokens per tile: the smallest of 8, 16, 32, 64 that holds n, at most `cap`. Dense tiles stop at 32
 // tokens (M = 64 ran faster as two tiles of 32 than as one of 64 for Q4_K and Q6_K).
@@ -176,10 +175,15 @@ int tile_tokens(int64_t n, int cap) {
 }
 // Tokens a tile of MoE pairs grouped by expert: the mean pairs per hit expert (same-run A/B on the H200: Qwen3-30B-A3B
 // at T = 512, mean 32, took 150 us in tiles of 32 and 167 in tiles of 64; gpt-oss-20b, mean 64: 386 us in tiles of 64
-// and 484 in tiles of 32). GGUF_KERNELS_MOE_TT (8, 16, 32, 64) sets it, for A/B runs.
-int moe_tile_tokens(int64_t P, int64_t E) {
+// and 484 in tiles of 32), twice that from a mean of 32 for Q4_K and IQ4_XS, whose tiles of 64 take the experts past
+// the mean in one tile (session 80, H100, Qwen3-30B-A3B at T = 512 after v125: IQ4_XS gate 157 -> 147 us, down 162 ->
+// 152, Q4_K gate 139 -> 131, down 143 -> 142; Q8_0 and Q6_K lost 15-23% in tiles of 64, MXFP4 level).
+// GGUF_KERNELS_MOE_TT (8, 16, 32, 64) sets it, for A/B runs.
+int moe_tile_tokens(int64_t qtype, int64_t P, int64_t E) {
   static const int v = env_int("GGUF_KERNELS_MOE_TT", 0);
-  return tile_tokens(v > 0 ? v : (P + std::min(E, P) - 1) / std::min(E, P), 64);
+  const int64_t mean = (P + std::min(E, P) - 1) / std::min(E, P);
+  const bool wide = (qtype == gq::Q4_K || qtype == gq::IQ4_XS) && mean >= 32;
+  return tile_tokens(v > 0 ? v : wide ? 2 * mean : mean, 64);
 }
 // bf16/fp16 activations use the tensor-core small-M kernel unless GGUF_KERNELS_NO_MMA=1.
 bool use_mma(DType xt) {
@@ -372,7 +376,7 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
   const DType xt = dtype_code(x.scalar_type());
   const bool mma = use_mma(xt);
   const bool tile = mma && tile_max_m(qtype) > 0;
-  if (P <= moe_pairs_max(qtype, tile)) {
+  if (P <= moe_pairs_max()) {
     a.mode = gq::GEMV_PAIRS;
     // from moe_group_min() pairs: the stream kernel only on rows of whole 16-byte pieces or with full
     // 8-chunk stages, else grouped by expert
@@ -391,7 +395,7 @@ at::Tensor moe_matmul(const at::Tensor& x, const at::Tensor& packed, const at::T
     }
   }
   // Pairs grouped by expert.
-  const int mt = tile ? moe_tile_tokens(P, E) : mma ? gq::MMA_MT : gq::GEMV_MT;
+  const int mt = tile ? moe_tile_tokens(qtype, P, E) : mma ? gq::MMA_MT : gq::GEMV_MT;
   const int64_t max_chunks = (P + mt - 1) / mt + E + 1;
   at::Tensor sorted = at::empty({P}, id.options().dtype(at::kInt));
   at::Tensor chunks = at::empty({max_chunks, 4}, id.options().dtype(at::kInt));
