@@ -178,7 +178,9 @@ int tile_tokens(int64_t n, int cap) {
 // at T = 512, mean 32, took 150 us in tiles of 32 and 167 in tiles of 64; gpt-oss-20b, mean 64: 386 us in tiles of 64
 // and 484 in tiles of 32), twice that from a mean of 32 for Q4_K and IQ4_XS, whose tiles of 64 take the experts past
 // the mean in one tile (session 80, H100, Qwen3-30B-A3B at T = 512 after v125: IQ4_XS gate 157 -> 147 us, down 162 ->
-// 152, Q4_K gate 139 -> 131, down 143 -> 142; Q8_0 and Q6_K lost 15-23% in tiles of 64, MXFP4 level).
+// 152, Q4_K gate 139 -> 131, down 143 -> 142; Q8_0 and Q6_K lost 15-23% in tiles of 64, MXFP4 level). Tiles of 64
+// (NT = 8) hold two stages of x's 64 rows beside the weights' 128: 111 KB for Q4_K and IQ4_XS (160-byte row slots), so
+// two CTAs an SM, but 131 KB for Q6_K and 143 KB for Q8_0 (240, 288), one CTA (TileGeom in tile_kernel.cuh).
 // GGUF_KERNELS_MOE_TT (8, 16, 32, 64) sets it, for A/B runs.
 int moe_tile_tokens(int64_t qtype, int64_t P, int64_t E) {
   static const int v = env_int("GGUF_KERNELS_MOE_TT", 0);
