@@ -89,9 +89,10 @@ def kernels(sass: str) -> dict[str, list[tuple[str, str]]]:
 
 
 def stage_loop(body: list[tuple[str, str]]) -> list[str]:
-    """The instructions from a label to a backward branch to it: of those ranges, the shortest one that holds the
-    most mma instructions (the stage loop, not a range that also spans code placed after it and branching back,
-    such as a shuffle's out-of-line collective path), or the longest where none holds an mma."""
+    """The instructions from a label to a backward branch to it: of those ranges that hold mma instructions, the ones
+    holding no other such range (the stage loops, not a range that also spans code placed after them and branching
+    back, such as a shuffle's out-of-line collective path or an mbarrier wait's retry, which may span two stage
+    loops), the one with the most mma, then the shortest; the longest range where none holds an mma."""
     labels, ins = {}, []
     for kind, text in body:
         if kind == "L":
@@ -102,16 +103,22 @@ def stage_loop(body: list[tuple[str, str]]) -> list[str]:
     mma_before = [0]
     for m in is_mma:
         mma_before.append(mma_before[-1] + m)
-    best, best_key = (0, -1), None
+    ranges = []  # (lo, hi, mma instructions in lo..hi)
     for i, text in enumerate(ins):
         m = re.search(r"BRA\S*\s.*`\((\.L_x_\d+)\)", text)
         if m and labels.get(m.group(1), i + 1) <= i:
             lo = labels[m.group(1)]
-            n_mma = mma_before[i + 1] - mma_before[lo]
-            key = (n_mma, -(i - lo)) if n_mma else (0, i - lo)
-            if best_key is None or key > best_key:
-                best, best_key = (lo, i), key
-    return ins[best[0]:best[1] + 1]
+            ranges.append((lo, i, mma_before[i + 1] - mma_before[lo]))
+    if not ranges:
+        return []
+    with_mma = [r for r in ranges if r[2]]
+    inner = [r for r in with_mma
+             if not any(o != r and r[0] <= o[0] and o[1] <= r[1] for o in with_mma)]
+    if inner:
+        lo, hi, _ = max(inner, key=lambda r: (r[2], -(r[1] - r[0])))
+    else:
+        lo, hi, _ = max(ranges, key=lambda r: r[1] - r[0])
+    return ins[lo:hi + 1]
 
 
 def short_name(mangled: str) -> str:

@@ -43,6 +43,20 @@ def test_stage_loop_holds_the_mma():
     assert ops == ["IMMA.16832.U8.S8", "IMAD", "BRA"]
 
 
+def test_stage_loop_of_two_mma_loops():
+    """Two stage loops (the tile kernel's for a quarter and for all of its token groups) and a wait's out-of-line
+    retry that branches back above both: the retry's range holds the most mma (1 + 2), but it holds the two loops,
+    so the stage loop is the inner one with the most mma (2)."""
+    tool = load_tool()
+    body = [("L", ".L_x_1"), ("I", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R2+URZ], R3"),
+            ("L", ".L_x_2"), ("I", "HMMA.16816.F32.BF16 R8, R12, R16, R8"), ("I", "@P1 BRA `(.L_x_2)"),
+            ("L", ".L_x_3"), ("I", "HMMA.16816.F32.BF16 R8, R12, R16, R8"),
+            ("I", "HMMA.16816.F32.BF16 R4, R12, R18, R4"), ("I", "@P2 BRA `(.L_x_3)"), ("I", "EXIT"),
+            ("I", "@!P0 BRA `(.L_x_1)")]
+    ops = [tool.opcode(t) for t in tool.stage_loop(body)]
+    assert ops == ["HMMA.16816.F32.BF16", "HMMA.16816.F32.BF16", "BRA"]
+
+
 def test_pipe_names():
     """Opcodes with their modifiers, as nvdisasm prints them (a predicate stripped first)."""
     tool = load_tool()
