@@ -715,7 +715,7 @@ def test_matmul_q6k_rows_mis(N, K, stream_ms, M, rng):
 
 
 @pytest.mark.parametrize("M", [17, 24, 32])
-@pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q6_K", "MXFP4", "Q8_0"])
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q6_K", "MXFP4", "Q8_0", "IQ4_NL"])
 def test_matmul_split_k(name, M, rng):
     """Few rows, long rows: the tile kernel splits K over 8 CTAs (fp32 partial sums, then a reduce);
     35 chunks of 256 leave the last split empty, and for the 32-element types the last chunk is

@@ -290,6 +290,12 @@ GQ_HD void nibbles_q5(uint32_t w, uint32_t qh, int p, uint32_t& c0, uint32_t& c1
   c1 = nib_hi4(w) | spread4_to_bit4((qh >> (16 + 4 * p)) & 0xF);
 }
 
+// block_iq4_nl at b: qs word 4p..4p+3 (the Q4_0 nibble layout) and the block's scale d.
+GQ_HD uint32_t iq4nl_word(const uint8_t* b, int p, float& d) {
+  d = f16_at(b);
+  return u32_a2(b + 2 + 4 * p);
+}
+
 // The 32-element types: a unit is blocks 2u and 2u+1; block h gives groups 2h and 2h+1, which
 // share one scale s and offset o.
 template <int T>
@@ -331,8 +337,7 @@ GQ_HD void decode_codes(const uint8_t* row, int u, int p, bool full, Codes& r) {
       o = -128.f * s;
     } else if constexpr (T == IQ4_NL) {
       // block_iq4_nl { ggml_half d; uint8_t qs[16]; }: x = d * kvalues_iq4nl[q] (code = kvalue + 128).
-      s = f16_at(b);
-      const uint32_t w = u32_a2(b + 2 + 4 * p);
+      const uint32_t w = iq4nl_word(b, p, s);
       c0 = iq4_codes(nib_lo4(w));
       c1 = iq4_codes(nib_hi4(w));
       o = -128.f * s;

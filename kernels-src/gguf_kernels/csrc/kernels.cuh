@@ -409,16 +409,24 @@ __device__ __forceinline__ void unit_frags(const uint8_t* pg, const uint8_t* pg8
         a[2 * h + 1][r + 2] = fix(e2m1_pair_mb<MB, 3>(w), s2);
       }
     }
-  } else if constexpr (T == IQ4_XS && std::is_same<XT, __nv_bfloat16>::value) {
+  } else if constexpr ((T == IQ4_XS || T == IQ4_NL) && std::is_same<XT, __nv_bfloat16>::value) {
     // kvalues_iq4nl need 8 bits, past bf16's code trick (PairConv); their bf16 pairs come from two byte tables
     // (iq4_bf16_pairs), times the sub-block's scale as a bf16 pair: two roundings where the fp32 route has one
-    // (within bf16's, as PairConv's scale and offset): the stage loop 1923 -> 1483 instructions (NT = 4), Q4_K's 1487.
+    // (within bf16's, as PairConv's scale and offset): the stage loop 1923 -> 1483 instructions (IQ4_XS, NT = 4),
+    // Q4_K's 1487. An IQ4_NL unit is two blocks, the second absent where !full (its tiles q >= 2 are not multiplied).
     const uint32_t z = iq4_bf16_opaque_zero();
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      const uint8_t* row = r ? pg8 : pg;
       uint32_t w[2];
       float d[2];
-      iq4xs_unit(r ? pg8 : pg, uu, c, w[0], w[1], d[0], d[1]);
+      if constexpr (T == IQ4_XS) {
+        iq4xs_unit(row, uu, c, w[0], w[1], d[0], d[1]);
+      } else {
+        w[0] = iq4nl_word(row + 2 * uu * Traits<IQ4_NL>::BYTES, c, d[0]);
+        w[1] = full ? iq4nl_word(row + (2 * uu + 1) * Traits<IQ4_NL>::BYTES, c, d[1]) : 0u;
+        if (!full) d[1] = 0.f;
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         uint32_t v[4];
