@@ -52,61 +52,22 @@ __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier
 __device__ __forceinline__ void cluster_wait_acquire() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
 // The K split's meeting (PTX ISA "mbarrier", "st.async"): rank 0 keeps one transaction barrier a warp; the
 // same warp of every other rank stores its sums into rank 0's slots by st.async, which counts their bytes
-// on that barrier, and leaves. Rank 0's warp waits for its own unit's bytes only.
+// on that barrier, and leaves. Rank 0's warp waits for its own unit's bytes only (mbar_expect_bytes,
+// mbar_wait_cluster: cp_async.cuh).
 __device__ __forceinline__ void mbar_init_cluster(uint64_t* bar) {  // before the cluster's first arrive
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n"
                "fence.mbarrier_init.release.cluster;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar))
                : "memory");
 }
-__device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, uint32_t bytes) {
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(
-                   (uint32_t)__cvta_generic_to_shared(bar)),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(parity)
-                 : "memory");
-  }
-}
-// The stages by tensor-map copies (PTX ISA "cp.async.bulk.tensor", "mbarrier"; NOTES.md v70-v72): a barrier of
-// n arrivals a buffer, and one copy of map's box at element x, row y into the shared-window address dst (128-byte
-// aligned), its bytes counted on bar
-__device__ __forceinline__ void mbar_init_n(uint64_t* bar, int n) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n"
-               "fence.mbarrier_init.release.cluster;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(n)
-               : "memory");
-}
+// The stages by tensor-map copies (PTX ISA "cp.async.bulk.tensor", "mbarrier"; NOTES.md v70-v72): one copy of map's
+// box at element x, row y into the shared-window address dst (128-byte aligned), its bytes counted on bar (a
+// barrier of mbar_init_n's n arrivals a buffer, cp_async.cuh)
 __device__ __forceinline__ void tensor_copy_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"((uint32_t)__cvta_generic_to_shared(bar))
       : "memory");
-}
-// Ragged rows' stages (gemv_stream_kernel's BULK forms on Q6_K rows that are not 16-byte multiples): no tensor map
-// spans them (a map's row stride is a multiple of 16 bytes), so each row's stage is one 1-D bulk copy (PTX ISA
-// "cp.async.bulk": 16-byte aligned source, destination and size), its bytes announced on bar before it is issued,
-// and one arrival once all are
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.release.cta.shared::cta.b64 st, [%0];\n}\n" ::"r"(
-                   (uint32_t)__cvta_generic_to_shared(bar))
-               : "memory");
-}
-__device__ __forceinline__ void bulk_copy_1d(uint32_t dst, const uint8_t* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"((uint32_t)__cvta_generic_to_shared(bar))
-               : "memory");
 }
 // v into rank 0's copy of `local` (16-byte aligned), its bytes counted on rank 0's copy of `bar`
 __device__ __forceinline__ void st_async_rank0_v4(float* local, uint64_t* bar, const float (&v)[4]) {

@@ -28,10 +28,11 @@ struct TileGeom {
   // in different bank quarters.
   static constexpr int XPITCH = CE * 2 + 32;
   static constexpr size_t STAGE = (size_t)TILE_ROWS * ROWBUF + 8 * NT * XPITCH, IDS = 2 * 8 * NT * sizeof(int);
+  static constexpr size_t BARS = 3 * sizeof(uint64_t);  // a stage's weight barrier, for up to three stages
   // Three stages where two CTAs still fit on an SM (2 x 114 KB), else two: the first H200 runs had
   // the tile kernel twice as slow wherever its shared memory allowed one CTA (8 warps) per SM.
-  static constexpr int S = 3 * STAGE + IDS <= 113 * 1024 ? 3 : 2;
-  static constexpr size_t SMEM = S * STAGE + IDS;
+  static constexpr int S = 3 * STAGE + IDS + BARS <= 113 * 1024 ? 3 : 2;
+  static constexpr size_t SMEM = S * STAGE + IDS + BARS;
 };
 
 // Two CTAs an SM: at most 128 registers each (the NT = 8 forms use 116-128).
@@ -39,6 +40,7 @@ template <int T, int NT, typename XT>
 __global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs a, float* __restrict__ ws) {
   using G = TileGeom<T, NT>;
   constexpr int TT = 8 * NT, CE = G::CE, S = G::S, CB = G::CB, ROWBUF = G::ROWBUF, PMAX = G::PMAX, XPITCH = G::XPITCH;
+  constexpr bool BULK = NT >= 2;  // weight rows by bulk copies (the copies' comment below)
   constexpr int QA = NT >= 4 ? 1 : 4 / NT;  // independent accumulators per token group (mma latency)
   constexpr bool BLOCK32 = Traits<T>::BLOCK == 32;
   extern __shared__ __align__(16) uint8_t dsmem[];
@@ -54,6 +56,9 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs
   uint8_t* xbuf = dsmem + S * wstage;
   int* xrow = reinterpret_cast<int*>(xbuf + S * TT * XPITCH);
   int* orow = xrow + TT;
+  uint64_t* wbar = reinterpret_cast<uint64_t*>(orow + TT);  // stage st's weights: phase k holds its k-th chunk
+  if (BULK && tid == 0)
+    for (int st = 0; st < S; ++st) mbar_init_n(&wbar[st], rows);
 
   int M;
   int64_t expert = 0;
@@ -95,37 +100,66 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs
   // This split's chunks of K: [c0, c1).
   const int nchunks = (K + CE - 1) / CE, per = (nchunks + gridDim.z - 1) / gridDim.z;
   const int c0 = min(nchunks, (int)blockIdx.z * per), c1 = min(nchunks, c0 + per);
-  // Copies, each thread's share fixed for the whole loop (row pointers formed once; indices from a
-  // run-time loop over 128 x PMAX pieces cost ~30 instructions a cp.async, 17% of all at gpt-oss
-  // T = 512). Weights: 8 threads a row taking pieces p, p + 8, ..., rows tid / 8 + 32 i (a warp's
-  // copy covers 128 contiguous bytes of each of 4 rows; two threads a row, 32 bytes of each of 16
-  // rows, ran 2-10% slower than that loop for the K-quants at M = 16..32, NOTES.md v31). Rows past N
-  // are not copied: their stage bytes are stale, and their products are never stored. Activations:
-  // piece tid % 32 of tokens tid / 32 + 8 i.
+  // Copies into stage (ch - c0) % S. Weights, tiles of 16 tokens or more (v127): thread r < 128 copies row n0 + r's
+  // chunk, its 16-byte superset (rounded_pieces), as one bulk copy counted on the stage's barrier (wbar: 128 arrivals
+  // a phase, one a row thread, each with its copy's bytes as expected transactions). That issues ~40% fewer
+  // instructions a stage, 2-6% faster at MoE T = 512 and dense M = 16..64 on the H100, but 1-6% slower on tiles of 8
+  // (MoE at T = 32, few stages a CTA: NOTES.md v127), which keep the cp.async loop: 8 threads a row taking pieces p,
+  // p + 8, ..., rows tid / 8 + 32 i (a warp's copy covers 128 contiguous bytes of each of 4 rows, NOTES.md v31), each
+  // thread's share fixed for the whole loop. Rows past N are not copied (a bulk row thread only arrives): their stage
+  // bytes are stale, and their products are never stored. Where the matrix ends off a 16-byte boundary (tail), its
+  // last row's last chunk goes by cp_async_piece<true>, which reads nothing past the end, in the activations' cp.async
+  // group. Activations: piece tid % 32 of tokens tid / 32 + 8 i.
+  const int xp = tid & 31, xj = tid >> 5;
+  const bool copier = tid < rows && n0 + tid < N, last_row = tail && n0 + tid == N - 1;
+  const uint8_t* wrow = wbase + (int64_t)(n0 + min(tid, rows - 1)) * a.row_bytes;
   constexpr int TPR = 8, RPP = NTH / TPR;
   static_assert(rows % RPP == 0 && CE / 8 == 32 && NTH % 32 == 0, "copy shares");
-  const int cr = tid / TPR, cp = tid % TPR, xp = tid & 31, xj = tid >> 5;
-  const uint8_t* wrow = wbase + (int64_t)(n0 + cr) * a.row_bytes;
-  const int64_t wpass = (int64_t)RPP * a.row_bytes;
-  auto issue = [&](int ch) {  // chunk ch -> stage ch % S
+  const int cr = tid / TPR, cp = tid % TPR;
+  const uint8_t* prow = wbase + (int64_t)(n0 + cr) * a.row_bytes;
+  const int64_t ppass = (int64_t)RPP * a.row_bytes;
+  auto issue = [&](int ch) {
     if (ch < c1) {
-      const uint32_t bytes = (uint32_t)min((int64_t)CB, a.row_bytes - (int64_t)ch * CB);
+      const int st = (ch - c0) % S;
+      if constexpr (BULK) {
+        if (tid < rows) {
+          uint8_t* ws = wbuf + st * wstage + tid * ROWBUF;
+          if (copier) {
+            const uint32_t bytes = (uint32_t)min((int64_t)CB, a.row_bytes - (int64_t)ch * CB);
+            const uintptr_t s = reinterpret_cast<uintptr_t>(wrow + (int64_t)ch * CB);
+            const uint32_t np = (uint32_t)rounded_pieces(s, bytes);
+            if (last_row && ch == nchunks - 1) {
+#pragma unroll 1
+              for (int pc = 0; pc < (int)np; ++pc) cp_async_piece<true>(ws, s, pc, wend);
+              mbar_arrive(&wbar[st]);
+            } else {
+              mbar_expect_bytes(&wbar[st], 16u * np);
+              bulk_copy_1d((uint32_t)__cvta_generic_to_shared(ws),
+                           reinterpret_cast<const uint8_t*>(s & ~(uintptr_t)15), 16u * np, &wbar[st]);
+            }
+          } else {
+            mbar_arrive(&wbar[st]);
+          }
+        }
+      } else {
+        const uint32_t bytes = (uint32_t)min((int64_t)CB, a.row_bytes - (int64_t)ch * CB);
 #pragma unroll
-      for (int i = 0; i < rows / RPP; ++i) {
-        if (n0 + cr + RPP * i < N) {
-          uint8_t* ws = wbuf + (ch % S) * wstage + (cr + RPP * i) * ROWBUF;
-          const uintptr_t s = reinterpret_cast<uintptr_t>(wrow + i * wpass + (int64_t)ch * CB);
-          const int np = rounded_pieces(s, bytes);
-          const auto copy = [&](auto tc) {  // TAIL once a chunk, uniform over the CTA
+        for (int i = 0; i < rows / RPP; ++i) {
+          if (n0 + cr + RPP * i < N) {
+            uint8_t* ws = wbuf + st * wstage + (cr + RPP * i) * ROWBUF;
+            const uintptr_t s = reinterpret_cast<uintptr_t>(prow + i * ppass + (int64_t)ch * CB);
+            const int np = rounded_pieces(s, bytes);
+            const auto copy = [&](auto tc) {  // TAIL once a chunk, uniform over the CTA
 #pragma unroll
-            for (int pc = cp; pc < PMAX; pc += TPR)
-              if (pc < np) cp_async_piece<tc>(ws, s, pc, wend);
-          };
-          if (tail && ch == nchunks - 1) copy(std::true_type{});
-          else copy(std::false_type{});
+              for (int pc = cp; pc < PMAX; pc += TPR)
+                if (pc < np) cp_async_piece<tc>(ws, s, pc, wend);
+            };
+            if (tail && ch == nchunks - 1) copy(std::true_type{});
+            else copy(std::false_type{});
+          }
         }
       }
-      uint8_t* xs = xbuf + (ch % S) * TT * XPITCH + xp * 16;
+      uint8_t* xs = xbuf + st * TT * XPITCH + xp * 16;
       const int k = ch * CE + 8 * xp;
 #pragma unroll
       for (int i = 0; i < TT / (NTH / 32); ++i) {
@@ -160,11 +194,13 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs
   auto stages = [&](auto gc) {
     constexpr int G = decltype(gc)::value;
     for (int ch = c0; ch < c1; ++ch) {
-      cp_async_wait<S - 2>();
+      const int st = (ch - c0) % S;
+      if constexpr (BULK) mbar_wait_cluster(&wbar[st], (uint32_t)((ch - c0) / S) & 1u);  // its weights by bulk copies
+      cp_async_wait<S - 2>();  // its activations, and the weights' cp.async pieces
       __syncthreads();  // stage ch is in; every warp is done with stage ch - 1, which the next issue refills
       issue(ch + S - 1);
-      const uint8_t* ws = wbuf + (ch % S) * wstage;
-      const uint8_t* xs = xbuf + (ch % S) * TT * XPITCH + g * XPITCH + 8 * c;
+      const uint8_t* ws = wbuf + st * wstage;
+      const uint8_t* xs = xbuf + st * TT * XPITCH + g * XPITCH + 8 * c;
       const uint8_t* pg = ws + r0 * ROWBUF + ((mis0 + (uint32_t)(ch * CB)) & 15u);
       const uint8_t* pg8 = ws + (r0 + 8) * ROWBUF + ((mis8 + (uint32_t)(ch * CB)) & 15u);
 #pragma unroll
