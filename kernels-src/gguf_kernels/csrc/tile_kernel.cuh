@@ -28,7 +28,8 @@ struct TileGeom {
   // in different bank quarters.
   static constexpr int XPITCH = CE * 2 + 32;
   static constexpr size_t STAGE = (size_t)TILE_ROWS * ROWBUF + 8 * NT * XPITCH, IDS = 2 * 8 * NT * sizeof(int);
-  static constexpr size_t BARS = 3 * sizeof(uint64_t);  // a stage's weight barrier, for up to three stages
+  // A stage's weight barrier, for up to three stages, where the weights come by bulk copies (tile_kernel's BULK).
+  static constexpr size_t BARS = NT >= 2 ? 3 * sizeof(uint64_t) : 0;
   // Three stages where two CTAs still fit on an SM (2 x 114 KB), else two: the first H200 runs had
   // the tile kernel twice as slow wherever its shared memory allowed one CTA (8 warps) per SM.
   static constexpr int S = 3 * STAGE + IDS + BARS <= 113 * 1024 ? 3 : 2;
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs
   uint8_t* xbuf = dsmem + S * wstage;
   int* xrow = reinterpret_cast<int*>(xbuf + S * TT * XPITCH);
   int* orow = xrow + TT;
-  uint64_t* wbar = reinterpret_cast<uint64_t*>(orow + TT);  // stage st's weights: phase k holds its k-th chunk
+  uint64_t* wbar = reinterpret_cast<uint64_t*>(orow + TT);  // stage st's weights: phase k (mod 2) holds its k-th use
   if (BULK && tid == 0)
     for (int st = 0; st < S; ++st) mbar_init_n(&wbar[st], rows);
 
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs
   // This split's chunks of K: [c0, c1).
   const int nchunks = (K + CE - 1) / CE, per = (nchunks + gridDim.z - 1) / gridDim.z;
   const int c0 = min(nchunks, (int)blockIdx.z * per), c1 = min(nchunks, c0 + per);
-  // Copies into stage (ch - c0) % S. Weights, tiles of 16 tokens or more (v127): thread r < 128 copies row n0 + r's
+  // Copies into stage ch % S. Weights, tiles of 16 tokens or more (v127): thread r < 128 copies row n0 + r's
   // chunk, its 16-byte superset (rounded_pieces), as one bulk copy counted on the stage's barrier (wbar: 128 arrivals
   // a phase, one a row thread, each with its copy's bytes as expected transactions). That issues ~40% fewer
   // instructions a stage, 2-6% faster at MoE T = 512 and dense M = 16..64 on the H100, but 1-6% slower on tiles of 8
@@ -110,17 +111,16 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs
   // bytes are stale, and their products are never stored. Where the matrix ends off a 16-byte boundary (tail), its
   // last row's last chunk goes by cp_async_piece<true>, which reads nothing past the end, in the activations' cp.async
   // group. Activations: piece tid % 32 of tokens tid / 32 + 8 i.
-  const int xp = tid & 31, xj = tid >> 5;
-  const bool copier = tid < rows && n0 + tid < N, last_row = tail && n0 + tid == N - 1;
-  const uint8_t* wrow = wbase + (int64_t)(n0 + min(tid, rows - 1)) * a.row_bytes;
   constexpr int TPR = 8, RPP = NTH / TPR;
   static_assert(rows % RPP == 0 && CE / 8 == 32 && NTH % 32 == 0, "copy shares");
-  const int cr = tid / TPR, cp = tid % TPR;
+  const int cr = tid / TPR, cp = tid % TPR, xp = tid & 31, xj = tid >> 5;
   const uint8_t* prow = wbase + (int64_t)(n0 + cr) * a.row_bytes;
+  const bool copier = tid < rows && n0 + tid < N, last_row = tail && n0 + tid == N - 1;  // BULK's row threads
+  const uint8_t* wrow = wbase + (int64_t)(n0 + min(tid, rows - 1)) * a.row_bytes;
   const int64_t ppass = (int64_t)RPP * a.row_bytes;
   auto issue = [&](int ch) {
     if (ch < c1) {
-      const int st = (ch - c0) % S;
+      const int st = ch % S;
       if constexpr (BULK) {
         if (tid < rows) {
           uint8_t* ws = wbuf + st * wstage + tid * ROWBUF;
@@ -194,13 +194,14 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs
   auto stages = [&](auto gc) {
     constexpr int G = decltype(gc)::value;
     for (int ch = c0; ch < c1; ++ch) {
-      const int st = (ch - c0) % S;
-      if constexpr (BULK) mbar_wait_cluster(&wbar[st], (uint32_t)((ch - c0) / S) & 1u);  // its weights by bulk copies
+      // (ch % S spelled out, not named: a stage index named here changed NT = 1's register allocation, whose code
+      // is otherwise instruction for instruction v126's: NOTES.md v127b.)
+      if constexpr (BULK) mbar_wait_cluster(&wbar[ch % S], (uint32_t)((ch - c0) / S) & 1u);  // its weights
       cp_async_wait<S - 2>();  // its activations, and the weights' cp.async pieces
       __syncthreads();  // stage ch is in; every warp is done with stage ch - 1, which the next issue refills
       issue(ch + S - 1);
-      const uint8_t* ws = wbuf + st * wstage;
-      const uint8_t* xs = xbuf + st * TT * XPITCH + g * XPITCH + 8 * c;
+      const uint8_t* ws = wbuf + (ch % S) * wstage;
+      const uint8_t* xs = xbuf + (ch % S) * TT * XPITCH + g * XPITCH + 8 * c;
       const uint8_t* pg = ws + r0 * ROWBUF + ((mis0 + (uint32_t)(ch * CB)) & 15u);
       const uint8_t* pg8 = ws + (r0 + 8) * ROWBUF + ((mis8 + (uint32_t)(ch * CB)) & 15u);
 #pragma unroll
