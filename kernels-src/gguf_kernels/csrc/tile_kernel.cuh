@@ -194,8 +194,8 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs
   auto stages = [&](auto gc) {
     constexpr int G = decltype(gc)::value;
     for (int ch = c0; ch < c1; ++ch) {
-      // (ch % S spelled out, not named: a stage index named here changed NT = 1's register allocation, whose code
-      // is otherwise instruction for instruction v126's: NOTES.md v127b.)
+      // (ch % S spelled out, not named: a stage index named here changed NT = 1's register allocation; as written,
+      // NT = 1 compiles to the cp.async-only kernel of before v127, instruction for instruction: NOTES.md v127b.)
       if constexpr (BULK) mbar_wait_cluster(&wbar[ch % S], (uint32_t)((ch - c0) / S) & 1u);  // its weights
       cp_async_wait<S - 2>();  // its activations, and the weights' cp.async pieces
       __syncthreads();  // stage ch is in; every warp is done with stage ch - 1, which the next issue refills
