@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs
   // chunk, its 16-byte superset (rounded_pieces), as one bulk copy counted on the stage's barrier (wbar: 128 arrivals
   // a phase, one a row thread, each with its copy's bytes as expected transactions). That issues ~40% fewer
   // instructions a stage, 2-6% faster at MoE T = 512 and dense M = 16..64 on the H100, but 1-6% slower on tiles of 8
-  // (MoE at T = 32, few stages a CTA: NOTES.md v127), which keep the cp.async loop: 8 threads a row taking pieces p,
+  // (MoE at T = 32: NOTES.md v127), which keep the cp.async loop: 8 threads a row taking pieces p,
   // p + 8, ..., rows tid / 8 + 32 i (a warp's copy covers 128 contiguous bytes of each of 4 rows, NOTES.md v31), each
   // thread's share fixed for the whole loop. Rows past N are not copied (a bulk row thread only arrives): their stage
   // bytes are stale, and their products are never stored. Where the matrix ends off a 16-byte boundary (tail), its
