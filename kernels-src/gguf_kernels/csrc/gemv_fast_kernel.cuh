@@ -52,13 +52,8 @@ __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier
 __device__ __forceinline__ void cluster_wait_acquire() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
 // The K split's meeting (PTX ISA "mbarrier", "st.async"): rank 0 keeps one transaction barrier a warp; the
 // same warp of every other rank stores its sums into rank 0's slots by st.async, which counts their bytes
-// on that barrier, and leaves. Rank 0's warp waits for its own unit's bytes only (mbar_expect_bytes,
-// mbar_wait_cluster: cp_async.cuh).
-__device__ __forceinline__ void mbar_init_cluster(uint64_t* bar) {  // before the cluster's first arrive
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n"
-               "fence.mbarrier_init.release.cluster;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar))
-               : "memory");
-}
+// on that barrier, and leaves. Rank 0's warp waits for its own unit's bytes only (mbar_init_n with one arrival,
+// before the cluster's first arrive; mbar_expect_bytes, mbar_wait_cluster: cp_async.cuh).
 // The stages by tensor-map copies (PTX ISA "cp.async.bulk.tensor", "mbarrier"; NOTES.md v70-v72): one copy of map's
 // box at element x, row y into the shared-window address dst (128-byte aligned), its bytes counted on bar (a
 // barrier of mbar_init_n's n arrivals a buffer, cp_async.cuh)

@@ -262,7 +262,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   float* slots = reinterpret_cast<float*>(recs + rend + (size_t)WPC * S * STAGE);
   uint64_t* mbar = reinterpret_cast<uint64_t*>(slots + (KS ? ((int)cluster_reg_size() - 1) * WPC * kKsSums : 0));
   if (KS && !gz) {
-    if (rank == 0 && lane == 0) mbar_init_cluster(mbar + warp);
+    if (rank == 0 && lane == 0) mbar_init_n(mbar + warp, 1);
     cluster_arrive_relaxed();  // (waited on before the first store into rank 0)
   }
   // BULK: buffer b's barrier (after the stages; the clusters: after their meeting's), one arrival (lane 0,
