@@ -190,10 +190,11 @@ def bench_moe(kmod, name: str, label: str, K: int, N: int, E: int, top_k: int, t
 
 
 def make_plan(types: list[str], ms: list[int], quick: bool, moe: bool,
-              shapes: list[tuple[int, int]] | None = None) -> list[tuple]:
+              shapes: list[tuple[int, int]] | None = None, moe_types: list[str] | None = None) -> list[tuple]:
     """(kind, type, K, N, Ms, extra) to run: the full M sweep on 4096 -> 14336, decode sizes and
     M=512 elsewhere, the output projection for the types llama.cpp uses there, MoE gate shapes.
-    With `shapes`: exactly those dense shapes, each with all of `ms`."""
+    With `shapes`: exactly those dense shapes, each with all of `ms`. With `moe_types`: those types on
+    every MoE shape whose K their blocks divide, instead of the types each shape names."""
     plan = []
     for name in types:
         if shapes:
@@ -215,8 +216,10 @@ def make_plan(types: list[str], ms: list[int], quick: bool, moe: bool,
             plan.append(("dense", name, K, N, sel, None))
     if moe:
         for label, K, N, E, k, shape_types, x_rows in MOE_SHAPES:
+            if moe_types:
+                shape_types = [t for t in moe_types if K % GGML_QUANT_SIZES[GGMLQuantizationType[t]][0] == 0]
             for name in shape_types:
-                if name in types:
+                if name in types or moe_types:
                     plan.append(("moe", name, K, N, [1, 8] if quick else [t for t in MOE_TS if t in ms],
                                  (label, E, k, x_rows)))
     return plan
@@ -256,6 +259,8 @@ def main(argv=None) -> int:
     p.add_argument("--ms", default=",".join(map(str, MS)))
     p.add_argument("--no-moe", action="store_true")
     p.add_argument("--moe-only", action="store_true")
+    p.add_argument("--moe-types", default=None,
+                   help="time these types on every MoE shape their blocks fit (default: the shape's own types)")
     p.add_argument("--shapes", default=None, help="dense shapes only, e.g. 4096x14336,14336x4096 (all of --ms each)")
     p.add_argument("--rotate-gb", type=float, default=None, help="GB of weight copies to rotate over (default 2.2)")
     p.add_argument("--bf16", action="store_true", help="also time bf16 weights through cuBLAS")
@@ -283,7 +288,8 @@ def main(argv=None) -> int:
         global ROTATE_BYTES
         ROTATE_BYTES = args.rotate_gb * 1e9
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else None
-    plan = make_plan(types + (["BF16"] if args.bf16 else []), ms, args.quick, not args.no_moe and not shapes, shapes)
+    plan = make_plan(types + (["BF16"] if args.bf16 else []), ms, args.quick, not args.no_moe and not shapes, shapes,
+                     args.moe_types.split(",") if args.moe_types else None)
     if args.moe_only:
         plan = [entry for entry in plan if entry[0] == "moe"]
     if args.emit_cases:
