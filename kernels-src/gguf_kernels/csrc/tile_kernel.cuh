@@ -34,11 +34,16 @@ struct TileGeom {
   // the tile kernel twice as slow wherever its shared memory allowed one CTA (8 warps) per SM.
   static constexpr int S = 3 * STAGE + IDS + BARS <= 113 * 1024 ? 3 : 2;
   static constexpr size_t SMEM = S * STAGE + IDS + BARS;
+  // CTAs an SM, for the registers' cap: three where three fit the H100's / H200's 228 KB an SM (1 KB of it reserved a
+  // CTA): the tiles of 8 tokens with row slots of at most 160 bytes (IQ4_XS, Q4_K, MXFP4, Q4_0, ...), which then run
+  // at most 80 registers; else two, at most 128 (the NT = 8 forms use 110-126). A tile of 8 at 85 registers ran 2
+  // CTAs an SM and 5-6% slower at Qwen3-30B-A3B's T = 32 (IQ4_XS, session 81: NOTES.md v127b).
+  static constexpr int CTAS = 3 * (SMEM + 1024) <= 228 * 1024 ? 3 : 2;
 };
 
-// Two CTAs an SM: at most 128 registers each (the NT = 8 forms use 116-128).
 template <int T, int NT, typename XT>
-__global__ void __launch_bounds__(32 * TILE_WARPS, 2) tile_kernel(const GemvArgs a, float* __restrict__ ws) {
+__global__ void __launch_bounds__(32 * TILE_WARPS, TileGeom<T, NT>::CTAS)
+    tile_kernel(const GemvArgs a, float* __restrict__ ws) {
   using G = TileGeom<T, NT>;
   constexpr int TT = 8 * NT, CE = G::CE, S = G::S, CB = G::CB, ROWBUF = G::ROWBUF, PMAX = G::PMAX, XPITCH = G::XPITCH;
   constexpr bool BULK = NT >= 2;  // weight rows by bulk copies (the copies' comment below)
