@@ -190,11 +190,13 @@ def bench_moe(kmod, name: str, label: str, K: int, N: int, E: int, top_k: int, t
 
 
 def make_plan(types: list[str], ms: list[int], quick: bool, moe: bool,
-              shapes: list[tuple[int, int]] | None = None, moe_types: list[str] | None = None) -> list[tuple]:
+              shapes: list[tuple[int, int]] | None = None, moe_types: list[str] | None = None,
+              moe_ts: list[int] | None = None) -> list[tuple]:
     """(kind, type, K, N, Ms, extra) to run: the full M sweep on 4096 -> 14336, decode sizes and
     M=512 elsewhere, the output projection for the types llama.cpp uses there, MoE gate shapes.
     With `shapes`: exactly those dense shapes, each with all of `ms`. With `moe_types`: those types on
-    every MoE shape whose K their blocks divide, instead of the types each shape names."""
+    every MoE shape whose K their blocks divide, instead of the types each shape names; with `moe_ts`, those token
+    counts instead of MOE_TS."""
     plan = []
     for name in types:
         if shapes:
@@ -220,7 +222,7 @@ def make_plan(types: list[str], ms: list[int], quick: bool, moe: bool,
                 shape_types = [t for t in moe_types if K % GGML_QUANT_SIZES[GGMLQuantizationType[t]][0] == 0]
             for name in shape_types:
                 if name in types or moe_types:
-                    plan.append(("moe", name, K, N, [1, 8] if quick else [t for t in MOE_TS if t in ms],
+                    plan.append(("moe", name, K, N, moe_ts or ([1, 8] if quick else [t for t in MOE_TS if t in ms]),
                                  (label, E, k, x_rows)))
     return plan
 
@@ -261,6 +263,7 @@ def main(argv=None) -> int:
     p.add_argument("--moe-only", action="store_true")
     p.add_argument("--moe-types", default=None,
                    help="time these types on every MoE shape their blocks fit (default: the shape's own types)")
+    p.add_argument("--moe-ts", default=None, help="the MoE rows' token counts (default: those of 1, 8, 32, 512 in --ms)")
     p.add_argument("--shapes", default=None, help="dense shapes only, e.g. 4096x14336,14336x4096 (all of --ms each)")
     p.add_argument("--rotate-gb", type=float, default=None, help="GB of weight copies to rotate over (default 2.2)")
     p.add_argument("--bf16", action="store_true", help="also time bf16 weights through cuBLAS")
@@ -289,7 +292,8 @@ def main(argv=None) -> int:
         ROTATE_BYTES = args.rotate_gb * 1e9
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else None
     plan = make_plan(types + (["BF16"] if args.bf16 else []), ms, args.quick, not args.no_moe and not shapes, shapes,
-                     args.moe_types.split(",") if args.moe_types else None)
+                     args.moe_types.split(",") if args.moe_types else None,
+                     [int(t) for t in args.moe_ts.split(",")] if args.moe_ts else None)
     if args.moe_only:
         plan = [entry for entry in plan if entry[0] == "moe"]
     if args.emit_cases:
