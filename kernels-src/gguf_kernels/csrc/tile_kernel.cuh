@@ -36,8 +36,9 @@ struct TileGeom {
   static constexpr size_t SMEM = S * STAGE + IDS + BARS;
   // CTAs an SM, for the registers' cap: three where three fit the H100's / H200's 228 KB an SM (1 KB of it reserved a
   // CTA): the tiles of 8 tokens with row slots of at most 160 bytes (IQ4_XS, Q4_K, MXFP4, Q4_0, ...), which then run
-  // at most 80 registers; else two, at most 128 (the NT = 8 forms use 110-126). A tile of 8 at 85 registers ran 2
-  // CTAs an SM and 5-6% slower at Qwen3-30B-A3B's T = 32 (IQ4_XS, session 81: NOTES.md v127b).
+  // at most 80 registers; else two, at most 128 (the NT = 8 forms use 110-126). Those over 80 before ran two CTAs an SM:
+  // held to 80, Qwen3-30B-A3B's down projection at T = 32 is 5-9% faster (Q2_K, IQ1_M, NVFP4, IQ4_NL; H100, NOTES.md
+  // v128).
   static constexpr int CTAS = 3 * (SMEM + 1024) <= 228 * 1024 ? 3 : 2;
 };
 
