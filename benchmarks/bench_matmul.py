@@ -217,13 +217,11 @@ def make_plan(types: list[str], ms: list[int], quick: bool, moe: bool,
                 sel = [m for m in ms if m in ((1, 2, 4, 8, 512) if name in ("Q4_0", "Q4_K", "Q8_0") else (1, 8))]
             plan.append(("dense", name, K, N, sel, None))
     if moe:
+        ts = moe_ts or ([1, 8] if quick else [t for t in MOE_TS if t in ms])
         for label, K, N, E, k, shape_types, x_rows in MOE_SHAPES:
-            if moe_types:
-                shape_types = [t for t in moe_types if K % GGML_QUANT_SIZES[GGMLQuantizationType[t]][0] == 0]
-            for name in shape_types:
-                if name in types or moe_types:
-                    plan.append(("moe", name, K, N, moe_ts or ([1, 8] if quick else [t for t in MOE_TS if t in ms]),
-                                 (label, E, k, x_rows)))
+            names = ([t for t in moe_types if K % GGML_QUANT_SIZES[GGMLQuantizationType[t]][0] == 0] if moe_types
+                     else [t for t in shape_types if t in types])
+            plan += [("moe", name, K, N, ts, (label, E, k, x_rows)) for name in names]
     return plan
 
 
