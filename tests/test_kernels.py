@@ -999,9 +999,9 @@ def test_moe_matmul_stream_one(name, rng):
 @pytest.mark.parametrize("name, K", [("Q4_0", 2880), ("Q8_0", 2880), ("MXFP4", 2880), ("Q6_K", 768), ("Q4_K", 768),
                                      ("IQ4_XS", 768)])
 def test_moe_matmul_tile(name, K, E, T, rng):
-    """Rows not a multiple of 16 bytes (K = 2880), odd N, unroutable ids (-1, E) giving zero rows:
-    few pairs (T = 1, the pairs kernels), then more than 64 pairs on the tile kernel in tiles of the
-    mean pairs per expert: 8 (64 experts, T = 40), 16 (T = 400), 32 (8 experts, T = 120) and 64
+    """Rows not a multiple of 16 bytes (K = 2880), N = 200 (not a multiple of a tile's 128 rows), unroutable ids
+    (-1, E) giving zero rows: few pairs (T = 1, the pairs kernels), then more than 64 pairs on the tile kernel in tiles
+    of the mean pairs per expert: 8 (64 experts, T = 40), 16 (T = 400), 32 (8 experts, T = 120) and 64
     tokens (4 experts, T = 150; K = 2880 split over two CTAs). IQ4_XS's tiles decode through its bf16
     byte tables (v125)."""
     N, top_k = 200, 2
