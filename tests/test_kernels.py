@@ -914,18 +914,38 @@ def tile_nt(names: list[str]) -> set[int]:
     return {int(n.split("tile_kernel<", 1)[1].split(",")[1]) for n in names if "tile_kernel<" in n}
 
 
+def tile_maps(names: list[str]) -> set[bool]:
+    """Whether each tile_kernel among the launched kernels copies its weights by tensor map (its MAP argument)."""
+    return {n.split("tile_kernel<", 1)[1].split(">", 1)[0].split(",")[-1].strip() == "true"
+            for n in names if "tile_kernel<" in n}
+
+
+def tile_map_expected(row_bytes: int, N: int) -> bool:
+    """Whether tiles of 8 over N rows of row_bytes copy by tensor map in this process (GGUF_KERNELS_TILE_MAP): the
+    launch's rule for G, super-rows of the fewest G <= 8 rows whose bytes are a multiple of 16, where G divides N (its
+    other conditions, a 16-byte aligned base, 128 rows and super-rows of at least a stage's row slot, hold for every
+    shape these tests take)."""
+    if os.environ.get("GGUF_KERNELS_TILE_MAP", "1") == "0":
+        return False
+    return any((G * row_bytes) % 16 == 0 and N % G == 0 for G in (1, 2, 4, 8))
+
+
 @pytest.mark.parametrize("x3d", [False, True])
 def test_moe_matmul_many_pairs_grouped(x3d, rng):
     """Past 64 pairs every type groups them by expert onto the tile kernel (IQ4_XS too since v125's decode; v115 had
     kept its 256 as pairs), in tiles of the mean pairs per expert, and of twice that for Q4_K and IQ4_XS from a mean of
     32: Qwen3-30B-A3B's gate (K = 2048, x a row a token) and down (K = 768, rows of 408 bytes for IQ4_XS; x a row a
     pair) at T = 16 and 32 of top 8 over 16 experts (means 8 and 16: tiles of 8 and 16 tokens, NT = 1, 2) and over 8
-    experts at T = 32 (mean 32: NT = 8 for Q4_K and IQ4_XS, 4 for Q8_0), an expert twice and unroutable ids (-1, E),
-    against gguf-py's dequantized weights. The launch is checked where CUPTI is free."""
+    experts at T = 32 (mean 32: NT = 8 for Q4_K and IQ4_XS, 4 for Q8_0); and tiles of 8 over 32 experts of 1500 rows
+    (12 row tiles, the last of 92 rows) at T = 32, as Qwen3-30B-A3B's T = 32 on more CTAs than the GPU holds at once.
+    Tiles of 8 copy by tensor map (v130; IQ4_XS's 408-byte rows over super-rows of 2). An expert
+    twice and unroutable ids (-1, E), against gguf-py's dequantized weights. The launch is checked where CUPTI is
+    free."""
     top_k = 8
     cases = [("IQ4_XS", 2048, 768, 16, 16, 1), ("IQ4_XS", 2048, 768, 16, 32, 2), ("IQ4_XS", 768, 2048, 16, 16, 1),
              ("IQ4_XS", 768, 2048, 16, 32, 2), ("Q4_K", 768, 2048, 16, 32, 2), ("Q4_K", 768, 2048, 8, 32, 8),
-             ("IQ4_XS", 2048, 768, 8, 32, 8), ("Q8_0", 2048, 768, 8, 32, 4)]
+             ("IQ4_XS", 2048, 768, 8, 32, 8), ("Q8_0", 2048, 768, 8, 32, 4), ("IQ4_XS", 2048, 1500, 32, 32, 1),
+             ("Q4_K", 768, 1500, 32, 32, 1), ("Q8_0", 512, 1500, 32, 32, 1)]
     for name, K, N, E, T, nt in cases:
         packed = random_packed(name, (E, N), K, rng)
         w = ref_dequant(packed, name).double()
@@ -938,6 +958,7 @@ def test_moe_matmul_many_pairs_grouped(x3d, rng):
         if names:
             pairs = any(stream_args(n).get("MOE") == "true" for n in names)
             assert (pairs, tile_nt(names)) == (False, {nt}), (name, K, N, E, T, names)
+            assert tile_maps(names) == {nt == 1 and tile_map_expected(packed.shape[-1], N)}, (name, K, N, E, names)
 
 
 @pytest.mark.parametrize("flat", ["0", "3", "4"])
@@ -1013,6 +1034,42 @@ def test_moe_matmul_tile(name, K, E, T, rng):
         ids[T // 2, 0] = E
     x = torch.randn(T, K, device=DEV, dtype=torch.bfloat16)
     check_moe_with_unroutable(x, packed, w, ids, name, TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("name, K, N", [("Q4_0", 2048, 200), ("Q8_0", 2048, 200), ("MXFP4", 2048, 200),
+                                        ("Q2_K", 2048, 200), ("Q4_K", 768, 200), ("Q6_K", 2048, 200),
+                                        ("IQ4_NL", 2048, 200), ("IQ4_XS", 2048, 200), ("IQ4_XS", 768, 200),
+                                        ("Q6_K", 768, 200), ("Q4_0", 2880, 200), ("Q8_0", 2880, 200),
+                                        ("MXFP4", 2880, 200), ("MXFP4", 2080, 200), ("IQ4_XS", 768, 201)])
+def test_moe_matmul_tile_map(name, K, N, rng):
+    """v130: tiles of 8 copy each stage's weights by boxes of a tensor map over super-rows of G rows, G the fewest
+    whose bytes are a multiple of 16: G = 1 (rows of 16-byte multiples at K = 2048, Q4_K's at 768), 2 (IQ4_XS's 408
+    bytes), 4 (Q4_0's 1620, Q8_0's 3060), 8 (Q6_K's 630, MXFP4's 1530 at K = 2880); MXFP4 at K = 2080 (1105 bytes,
+    no G) and IQ4_XS's 408-byte rows over 201 rows (G = 2 does not divide N) keep cp.async. 64 experts of 200 rows (a
+    row tile's last 56 rows past N, which the boxes take from the next expert, and past the last expert, routed here,
+    from the map's zero fill), each chunk's box running into the next row or past the super-row's end, T = 40 of top 2
+    (tiles of 8), unroutable ids; bf16 and fp16 against gguf-py's dequantized weights, the form launched checked where
+    CUPTI is free. GGUF_KERNELS_TILE_MAP=0 keeps the cp.async form (test_moe_matmul_tile_map_off)."""
+    E, T, top_k = 64, 40, 2
+    packed = random_packed(name, (E, N), K, rng)
+    fits = K != 2080 and N == 200
+    assert tile_map_expected(packed.shape[-1], N) == (os.environ.get("GGUF_KERNELS_TILE_MAP") != "0" and fits)
+    w = ref_dequant(packed, name).double()
+    ids = torch.from_numpy(np.argsort(rng.random((T, E)), axis=1)[:, :top_k].copy()).to(DEV)
+    ids[0, 1] = -1
+    ids[1, 0] = E - 1
+    ids[T // 2, 0] = E
+    for dtype in (torch.bfloat16, torch.float16):
+        x = torch.randn(T, K, device=DEV, dtype=dtype)
+        names = kernels_launched(lambda: check_moe_with_unroutable(x, packed, w, ids, name, TOL[dtype]))
+        if names:
+            assert (tile_nt(names), tile_maps(names)) == ({1}, {tile_map_expected(packed.shape[-1], N)}), (name, names)
+
+
+def test_moe_matmul_tile_map_off():
+    """GGUF_KERNELS_TILE_MAP=0 (read once a process): tiles of 8 copy their weights by cp.async pieces wherever the
+    map would take them, in a child: the tensor-map cases and the grouped ones, checked the same way."""
+    run_child({"GGUF_KERNELS_TILE_MAP": "0"}, __file__, "(tile_map and not map_off) or many_pairs_grouped", " passed")
 
 
 @pytest.mark.parametrize("T", [6, 40])

@@ -13,6 +13,7 @@
 #include "cp_async.cuh"
 #include "gemv_fast.cuh"
 #include "launch.h"
+#include "tensor_map.cuh"
 
 namespace gq {
 namespace fast {
@@ -54,16 +55,6 @@ __device__ __forceinline__ void cluster_wait_acquire() { asm volatile("barrier.c
 // same warp of every other rank stores its sums into rank 0's slots by st.async, which counts their bytes
 // on that barrier, and leaves. Rank 0's warp waits for its own unit's bytes only (mbar_init_n with one arrival,
 // before the cluster's first arrive; mbar_expect_bytes, mbar_wait_cluster: cp_async.cuh).
-// The stages by tensor-map copies (PTX ISA "cp.async.bulk.tensor", "mbarrier"; NOTES.md v70-v72): one copy of map's
-// box at element x, row y into the shared-window address dst (128-byte aligned), its bytes counted on bar (a
-// barrier of mbar_init_n's n arrivals a buffer, cp_async.cuh)
-__device__ __forceinline__ void tensor_copy_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"((uint32_t)__cvta_generic_to_shared(bar))
-      : "memory");
-}
 // v into rank 0's copy of `local` (16-byte aligned), its bytes counted on rank 0's copy of `bar`
 __device__ __forceinline__ void st_async_rank0_v4(float* local, uint64_t* bar, const float (&v)[4]) {
   uint32_t r, b;
@@ -229,17 +220,6 @@ struct FastArgs {
   int gz, kx;
   float* part;
   size_t part_bytes;
-};
-// gemv_stream_kernel's second parameter: for the forms that copy their stages by tensor map (stream_bulk: the K
-// split, dense M = 1 ONE) the weights as a 2-D tensor map ([N rows, row_bytes in 4- or 8-byte elements], a box
-// of a unit's rows by a stage's pieces) for its one copy a stage (NOTES.md v70-v72), encoded at the launch; empty
-// elsewhere (a member of FastArgs, over-aligned, moved every kernel's parameters and changed the SASS of kernels
-// that do not use it)
-template <bool USED>
-struct WeightMap {};
-template <>
-struct WeightMap<true> {
-  CUtensorMap map;
 };
 
 // Keeps the work behind t (reads, arithmetic) where it is, before griddepcontrol.wait: ptxas drops or sinks

@@ -1,8 +1,6 @@
 // Host side of the fast small-M matmul: environment knobs, launches (dependent, clustered), and the
 // rules that pick a kernel and its geometry for each call (gemv_fast_kernel.cuh, gemv_stream_kernel.cuh).
 #pragma once
-#include <cudaTypedefs.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -474,21 +472,6 @@ inline CUtensorMapL2promotion map_l2_promotion() {
          : v == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
          : v == 2 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
                   : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-}
-// The driver's cuTensorMapEncodeTiled, reached through the runtime's entry point (no link to libcuda), looked up
-// once; null where the driver has none
-inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const auto encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      fn = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  return encode;
 }
 // The weights as a 2-D tensor map for the stage copies of gemv_stream_kernel's MT-token form (NOTES.md v70-v72):
 // N rows of row_bytes in elements of stream_map_elem bytes, a box of a unit's 2 MT rows by a stage's stream_rs bytes,

@@ -14,6 +14,7 @@
 // split_reduce_kernel adds them into the output.
 #pragma once
 #include "kernels.cuh"
+#include "tensor_map.cuh"
 
 namespace gq {
 
@@ -28,8 +29,10 @@ struct TileGeom {
   // in different bank quarters.
   static constexpr int XPITCH = CE * 2 + 32;
   static constexpr size_t STAGE = (size_t)TILE_ROWS * ROWBUF + 8 * NT * XPITCH, IDS = 2 * 8 * NT * sizeof(int);
-  // A stage's weight barrier, for up to three stages, where the weights come by bulk copies (tile_kernel's BULK).
-  static constexpr size_t BARS = NT >= 2 ? 3 * sizeof(uint64_t) : 0;
+  // A stage's weight barrier, for up to three stages, where the weights come by bulk copies (tile_kernel's BULK) or
+  // by tensor map (MAP); unused by NT = 1's cp.async form, whose stage count S and CTAs an SM the 24 bytes change for
+  // no type.
+  static constexpr size_t BARS = 3 * sizeof(uint64_t);
   // Three stages where two CTAs still fit on an SM (2 x 114 KB), else two: the first H200 runs had
   // the tile kernel twice as slow wherever its shared memory allowed one CTA (8 warps) per SM.
   static constexpr int S = 3 * STAGE + IDS + BARS <= 113 * 1024 ? 3 : 2;
@@ -42,15 +45,29 @@ struct TileGeom {
   static constexpr int CTAS = 3 * (SMEM + 1024) <= 228 * 1024 ? 3 : 2;
 };
 
-template <int T, int NT, typename XT>
+// The tile kernel's last parameter: for its MAP form (tiles of 8, v130) the weights as a 2-D tensor map of super-rows
+// of 2^lg rows (encode_tile_map), encoded at the launch; empty elsewhere.
+template <bool USED>
+struct TileMap {};
+template <>
+struct TileMap<true> {
+  CUtensorMap map;
+  int lg;
+};
+
+// MAP: each stage's weights by 2^tm.lg copies of the tensor map tm (the copies' comment below)
+template <int T, int NT, typename XT, bool MAP>
 __global__ void __launch_bounds__(32 * TILE_WARPS, TileGeom<T, NT>::CTAS)
-    tile_kernel(const GemvArgs a, float* __restrict__ ws) {
+    tile_kernel(const GemvArgs a, float* __restrict__ ws, const __grid_constant__ TileMap<MAP> tm) {
   using G = TileGeom<T, NT>;
   constexpr int TT = 8 * NT, CE = G::CE, S = G::S, CB = G::CB, ROWBUF = G::ROWBUF, PMAX = G::PMAX, XPITCH = G::XPITCH;
   constexpr bool BULK = NT >= 2;  // weight rows by bulk copies (the copies' comment below)
+  static_assert(!MAP || NT == 1, "the tensor-map form is the tiles of 8's");
   constexpr int QA = NT >= 4 ? 1 : 4 / NT;  // independent accumulators per token group (mma latency)
   constexpr bool BLOCK32 = Traits<T>::BLOCK == 32;
-  extern __shared__ __align__(16) uint8_t dsmem[];
+  // 128: the tensor copies' destinations; a name of its own, since kernels.cuh declares its dsmem 16-byte aligned in
+  // the same files (declared again with another alignment, it draws nvcc's warning 1886)
+  extern __shared__ __align__(128) uint8_t tile_smem[];
 
   constexpr int rows = TILE_ROWS;
   constexpr int NTH = 32 * TILE_WARPS;
@@ -59,13 +76,15 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, TileGeom<T, NT>::CTAS)
   const int N = a.N, K = a.K;
   const int n0 = blockIdx.x * rows;
   const int wstage = rows * ROWBUF;
-  uint8_t* wbuf = dsmem;
-  uint8_t* xbuf = dsmem + S * wstage;
+  uint8_t* wbuf = tile_smem;
+  uint8_t* xbuf = tile_smem + S * wstage;
   int* xrow = reinterpret_cast<int*>(xbuf + S * TT * XPITCH);
   int* orow = xrow + TT;
   uint64_t* wbar = reinterpret_cast<uint64_t*>(orow + TT);  // stage st's weights: phase k (mod 2) holds its k-th use
-  if (BULK && tid == 0)
-    for (int st = 0; st < S; ++st) mbar_init_n(&wbar[st], rows);
+  int lg = 0;  // MAP: a map row holds 2^lg weight rows
+  if constexpr (MAP) lg = tm.lg;
+  if ((BULK || MAP) && tid == 0)
+    for (int st = 0; st < S; ++st) mbar_init_n(&wbar[st], MAP ? 1 << lg : rows);
 
   int M;
   int64_t expert = 0;
@@ -116,7 +135,12 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, TileGeom<T, NT>::CTAS)
   // thread's share fixed for the whole loop. Rows past N are not copied (a bulk row thread only arrives): their stage
   // bytes are stale, and their products are never stored. Where the matrix ends off a 16-byte boundary (tail), its
   // last row's last chunk goes by cp_async_piece<true>, which reads nothing past the end, in the activations' cp.async
-  // group. Activations: piece tid % 32 of tokens tid / 32 + 8 i.
+  // group. MAP: the map's rows are super-rows of G = 2^lg weight rows, G x row_bytes a multiple of 16 bytes
+  // (encode_tile_map); thread j < G copies position j of the 128 / G super-rows n0 / G .. as one box, each row's ROWBUF
+  // bytes from the 16-byte boundary below its chunk's start, into slots j x 128 / G .. (rows position-major: row r in
+  // slot (r % G) x 128 / G + r / G, its chunk at the offset the cp.async form gives it). Rows past N come from the
+  // next expert (never stored) or, past the last, as the map's zeros, as do bytes past a super-row's end.
+  // Activations: piece tid % 32 of tokens tid / 32 + 8 i.
   constexpr int TPR = 8, RPP = NTH / TPR;
   static_assert(rows % RPP == 0 && CE / 8 == 32 && NTH % 32 == 0, "copy shares");
   const int cr = tid / TPR, cp = tid % TPR, xp = tid & 31, xj = tid >> 5;
@@ -127,7 +151,14 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, TileGeom<T, NT>::CTAS)
   auto issue = [&](int ch) {
     if (ch < c1) {
       const int st = ch % S;
-      if constexpr (BULK) {
+      if constexpr (MAP) {
+        if (tid < (1 << lg)) {
+          const int sub = rows >> lg;
+          mbar_expect_bytes(&wbar[st], (uint32_t)(sub * ROWBUF));
+          tensor_copy_2d((uint32_t)__cvta_generic_to_shared(wbuf + st * wstage + tid * sub * ROWBUF), &tm.map,
+                         ((tid * (int)a.row_bytes + ch * CB) & ~15) / 4, (int)((expert * N + n0) >> lg), &wbar[st]);
+        }
+      } else if constexpr (BULK) {
         if (tid < rows) {
           uint8_t* ws = wbuf + st * wstage + tid * ROWBUF;
           if (copier) {
@@ -178,10 +209,20 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, TileGeom<T, NT>::CTAS)
     cp_async_commit();
   };
 
-  // This warp's rows g and g + 8 and their offsets modulo 16 in the file (kept in the stage).
-  const int r0 = 16 * warp + g;
+  // This warp's stage slots 16 warp + g and + 8, the rows they hold (r0, r8) and those rows' offsets modulo 16 in the
+  // file (kept in the stage). Slot s holds row s, or under MAP row (s % (128 / G)) G + s / (128 / G): a warp's lanes g
+  // read 8 adjacent slots, ROWBUF bytes apart, in both forms (by rows, G = 4 or 8 would put a warp's 8 rows 32 or 16
+  // slots apart, a multiple of 128 bytes: on the same banks).
+  static_assert(rows == 1 << 7, "the slots' shift");
+  const int sl0 = 16 * warp + g;
+  int r0 = sl0, r8 = sl0 + 8;
+  if constexpr (MAP) {
+    const auto row_of = [&](int sl) { return ((sl & ((rows >> lg) - 1)) << lg) + (sl >> (7 - lg)); };
+    r0 = row_of(sl0);
+    r8 = row_of(sl0 + 8);
+  }
   const uint32_t mis0 = (uint32_t)reinterpret_cast<uintptr_t>(wbase + (int64_t)min(n0 + r0, N - 1) * a.row_bytes);
-  const uint32_t mis8 = (uint32_t)reinterpret_cast<uintptr_t>(wbase + (int64_t)min(n0 + r0 + 8, N - 1) * a.row_bytes);
+  const uint32_t mis8 = (uint32_t)reinterpret_cast<uintptr_t>(wbase + (int64_t)min(n0 + r8, N - 1) * a.row_bytes);
   const int groups = (M + 7) >> 3;  // token groups that hold a token
 
   float acc[NT][QA][4];
@@ -202,14 +243,14 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, TileGeom<T, NT>::CTAS)
     for (int ch = c0; ch < c1; ++ch) {
       // (ch % S spelled out, not named: a stage index named here changed NT = 1's register allocation; as written,
       // NT = 1 compiles to the cp.async-only kernel of before v127, instruction for instruction: NOTES.md v127b.)
-      if constexpr (BULK) mbar_wait_cluster(&wbar[ch % S], (uint32_t)((ch - c0) / S) & 1u);  // its weights
+      if constexpr (BULK || MAP) mbar_wait_cluster(&wbar[ch % S], (uint32_t)((ch - c0) / S) & 1u);  // its weights
       cp_async_wait<S - 2>();  // its activations, and the weights' cp.async pieces
       __syncthreads();  // stage ch is in; every warp is done with stage ch - 1, which the next issue refills
       issue(ch + S - 1);
       const uint8_t* ws = wbuf + (ch % S) * wstage;
       const uint8_t* xs = xbuf + (ch % S) * TT * XPITCH + g * XPITCH + 8 * c;
-      const uint8_t* pg = ws + r0 * ROWBUF + ((mis0 + (uint32_t)(ch * CB)) & 15u);
-      const uint8_t* pg8 = ws + (r0 + 8) * ROWBUF + ((mis8 + (uint32_t)(ch * CB)) & 15u);
+      const uint8_t* pg = ws + sl0 * ROWBUF + ((mis0 + (uint32_t)(ch * CB)) & 15u);
+      const uint8_t* pg8 = ws + (sl0 + 8) * ROWBUF + ((mis8 + (uint32_t)(ch * CB)) & 15u);
 #pragma unroll
       for (int uu = 0; uu < 4; ++uu) {
         const int U = ch * 4 + uu;
@@ -241,7 +282,7 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, TileGeom<T, NT>::CTAS)
       float v = acc[t][0][i];
 #pragma unroll
       for (int q = 1; q < QA; ++q) v += acc[t][q][i];
-      const int tok = 8 * t + 2 * c + (i & 1), row = n0 + r0 + 8 * (i >> 1);
+      const int tok = 8 * t + 2 * c + (i & 1), row = n0 + ((i >> 1) ? r8 : r0);
       if (tok < M && row < N) store(tok, row, v);
     }
   }
@@ -267,21 +308,58 @@ cudaError_t launch_split_reduce(const float* ws, int splits, int64_t rows, int N
   return cudaGetLastError();
 }
 
-template <int T, int NT, typename XT>
-cudaError_t launch_tile_impl(const GemvArgs& a, int64_t tiles, int splits, float* ws, cudaStream_t stream) {
+// Tiles of 8 copy their weights by tensor map (tile_kernel's MAP) over super-rows of the fewest G = 2^lg rows (G <= 8)
+// whose bytes are a multiple of 16, where G divides N (a tile's rows start a super-row) and the super-rows span the
+// map's box ([experts x N / G super-rows, G x row_bytes / 4 words], a box of 128 / G super-rows by ROWBUF bytes): G = 1
+// for Qwen3-30B-A3B's gate in every table type, 2 for IQ4_XS's 408-byte down rows, 8 for Q6_K's 630 and gpt-oss's
+// MXFP4 1530. False where none fits, the weights' base is off 16 bytes, or the driver has no encoder: the launch then
+// takes the cp.async form.
+template <int T>
+bool encode_tile_map(const GemvArgs& a, TileMap<true>& tm) {
+  constexpr int ROWBUF = TileGeom<T, 1>::ROWBUF;
+  const auto encode = tensor_map_encoder();
+  const int64_t rows = (a.mode == GEMV_DENSE ? 1 : (int64_t)a.n_experts) * a.N;
+  const auto fits = [&](int lg) { return (a.row_bytes << lg) % 16 == 0 && a.N % (1 << lg) == 0; };
+  int lg = 0;
+  while (lg < 3 && !fits(lg)) ++lg;
+  const int64_t srow = a.row_bytes << lg;
+  if (!encode || !fits(lg) || reinterpret_cast<uintptr_t>(a.w) % 16 || srow < ROWBUF || rows < TILE_ROWS ||
+      rows > INT32_MAX - TILE_ROWS)
+    return false;
+  tm.lg = lg;
+  const cuuint64_t dims[2] = {(cuuint64_t)srow / 4, (cuuint64_t)(rows >> lg)};
+  const cuuint64_t stride[1] = {(cuuint64_t)srow};
+  const cuuint32_t box[2] = {ROWBUF / 4, (cuuint32_t)(TILE_ROWS >> lg)}, step[2] = {1, 1};
+  return encode(&tm.map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, const_cast<uint8_t*>(a.w), dims, stride, box, step,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int T, int NT, typename XT, bool MAP>
+cudaError_t launch_tile_kernel(const GemvArgs& a, int64_t tiles, int splits, float* ws, const TileMap<MAP>& tm,
+                               cudaStream_t stream) {
   constexpr size_t smem = TileGeom<T, NT>::SMEM;
   static std::atomic<uint64_t> attrs{0};
-  cudaError_t e = smem_attrs_once(attrs, tile_kernel<T, NT, XT>, smem, 100);
+  const cudaError_t e = smem_attrs_once(attrs, tile_kernel<T, NT, XT, MAP>, smem, 100);
   if (e != cudaSuccess) return e;
   const dim3 grid((unsigned)((a.N + TILE_ROWS - 1) / TILE_ROWS), (unsigned)tiles, (unsigned)splits);
-  tile_kernel<T, NT, XT><<<grid, dim3(32 * TILE_WARPS), smem, stream>>>(a, ws);
-  e = cudaGetLastError();
+  tile_kernel<T, NT, XT, MAP><<<grid, dim3(32 * TILE_WARPS), smem, stream>>>(a, ws, tm);
+  return cudaGetLastError();
+}
+
+template <int T, int NT, typename XT>
+cudaError_t launch_tile_impl(const GemvArgs& a, int64_t tiles, int splits, float* ws, bool map, cudaStream_t stream) {
+  TileMap<true> tm;  // encoded for tiles of 8 only
+  const cudaError_t e = NT == 1 && map && encode_tile_map<T>(a, tm)
+                            ? launch_tile_kernel<T, 1, XT, true>(a, tiles, splits, ws, tm, stream)
+                            : launch_tile_kernel<T, NT, XT, false>(a, tiles, splits, ws, TileMap<false>{}, stream);
   if (e != cudaSuccess || splits == 1) return e;
   return launch_split_reduce(ws, splits, a.out_rows, a.N, reinterpret_cast<XT*>(a.out), a.out_stride, stream);
 }
 
 template <int T>
-cudaError_t launch_tile(const GemvArgs& a, DType xt, int tt, int64_t tiles, int splits, float* ws, cudaStream_t stream) {
+cudaError_t launch_tile(const GemvArgs& a, DType xt, int tt, int64_t tiles, int splits, float* ws, bool map,
+                        cudaStream_t stream) {
   if (tiles <= 0 || a.N <= 0) return cudaSuccess;
   const int NT = tt / 8;
   if (tiles > 65535 || splits < 1 || (splits > 1 && !ws) || (NT != 1 && NT != 2 && NT != 4 && NT != 8))
@@ -291,16 +369,16 @@ cudaError_t launch_tile(const GemvArgs& a, DType xt, int tt, int64_t tiles, int 
     if constexpr (std::is_same<XT, float>::value) return cudaErrorNotSupported;  // bf16 / fp16 only
     else {
       switch (NT) {
-        case 1: return launch_tile_impl<T, 1, XT>(a, tiles, splits, ws, stream);
-        case 2: return launch_tile_impl<T, 2, XT>(a, tiles, splits, ws, stream);
-        case 4: return launch_tile_impl<T, 4, XT>(a, tiles, splits, ws, stream);
-        default: return launch_tile_impl<T, 8, XT>(a, tiles, splits, ws, stream);
+        case 1: return launch_tile_impl<T, 1, XT>(a, tiles, splits, ws, map, stream);
+        case 2: return launch_tile_impl<T, 2, XT>(a, tiles, splits, ws, map, stream);
+        case 4: return launch_tile_impl<T, 4, XT>(a, tiles, splits, ws, map, stream);
+        default: return launch_tile_impl<T, 8, XT>(a, tiles, splits, ws, map, stream);
       }
     }
   });
 }
 
 #define GQ_INSTANTIATE_TILE(T) \
-  template cudaError_t launch_tile<T>(const GemvArgs&, DType, int, int64_t, int, float*, cudaStream_t);
+  template cudaError_t launch_tile<T>(const GemvArgs&, DType, int, int64_t, int, float*, bool, cudaStream_t);
 
 }  // namespace gq

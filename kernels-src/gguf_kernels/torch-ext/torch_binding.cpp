@@ -77,15 +77,22 @@ cudaError_t dispatch_gemv_mma(int64_t qtype, const gq::GemvArgs& a, DType xt, in
                    [&](auto t) { return gq::launch_gemv_mma<decltype(t)::value>(a, xt, mt, gx, s); });
 }
 
-// The tile kernel, with K split over CTAs (and its fp32 workspace) where it has few CTAs.
+int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : dflt;
+}
+
+// The tile kernel, with K split over CTAs (and its fp32 workspace) where it has few CTAs; its tiles of 8 by tensor
+// map where the weights allow one, unless GGUF_KERNELS_TILE_MAP=0.
 cudaError_t dispatch_tile(int64_t qtype, const gq::GemvArgs& a, DType xt, int tt, int64_t tiles,
                           const at::TensorOptions& opts, cudaStream_t s) {
   const int splits = gq::tile_splits(a.N, a.K, tiles);
   at::Tensor ws;
   if (splits > 1) ws = at::empty({(int64_t)splits * a.out_rows * a.N}, opts.dtype(at::kFloat));
   float* wp = splits > 1 ? ws.data_ptr<float>() : nullptr;
+  static const bool map = env_int("GGUF_KERNELS_TILE_MAP", 1) != 0;
   return with_type(qtype, cudaErrorInvalidValue,
-                   [&](auto t) { return gq::launch_tile<decltype(t)::value>(a, xt, tt, tiles, splits, wp, s); });
+                   [&](auto t) { return gq::launch_tile<decltype(t)::value>(a, xt, tt, tiles, splits, wp, map, s); });
 }
 
 void check_cuda(cudaError_t e, const char* what) {
@@ -106,11 +113,6 @@ DType dtype_code(at::ScalarType t) {
   DType d;
   TORCH_CHECK(dtype_of(t, d), "gguf_kernels: dtype must be bfloat16, float16 or float32, got ", t);
   return d;
-}
-
-int env_int(const char* name, int dflt) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : dflt;
 }
 
 // Largest M served by the small-M kernels; above it the weight is dequantized (in row chunks)
