@@ -921,7 +921,7 @@ def tile_maps(names: list[str]) -> set[bool]:
 
 
 def tile_map_expected(row_bytes: int, N: int) -> bool:
-    """Whether tiles of 8 over N rows of row_bytes copy by tensor map in this process (GGUF_KERNELS_TILE_MAP): the
+    """Whether tiles over N rows of row_bytes copy by tensor map in this process (GGUF_KERNELS_TILE_MAP): the
     launch's rule for G, super-rows of the fewest G <= 8 rows whose bytes are a multiple of 16, where G divides N (its
     other conditions, a 16-byte aligned base, 128 rows and super-rows of at least a stage's row slot, hold for every
     shape these tests take)."""
@@ -938,7 +938,7 @@ def test_moe_matmul_many_pairs_grouped(x3d, rng):
     pair) at T = 16 and 32 of top 8 over 16 experts (means 8 and 16: tiles of 8 and 16 tokens, NT = 1, 2) and over 8
     experts at T = 32 (mean 32: NT = 8 for Q4_K and IQ4_XS, 4 for Q8_0); and tiles of 8 over 32 experts of 1500 rows
     (12 row tiles, the last of 92 rows) at T = 32, as Qwen3-30B-A3B's T = 32 on more CTAs than the GPU holds at once.
-    Tiles of 8 copy by tensor map (v130; IQ4_XS's 408-byte rows over super-rows of 2). An expert
+    Tiles copy by tensor map (v130, v132; IQ4_XS's 408-byte rows over super-rows of 2). An expert
     twice and unroutable ids (-1, E), against gguf-py's dequantized weights. The launch is checked where CUPTI is
     free."""
     top_k = 8
@@ -958,7 +958,7 @@ def test_moe_matmul_many_pairs_grouped(x3d, rng):
         if names:
             pairs = any(stream_args(n).get("MOE") == "true" for n in names)
             assert (pairs, tile_nt(names)) == (False, {nt}), (name, K, N, E, T, names)
-            assert tile_maps(names) == {nt == 1 and tile_map_expected(packed.shape[-1], N)}, (name, K, N, E, names)
+            assert tile_maps(names) == {tile_map_expected(packed.shape[-1], N)}, (name, K, N, E, names)
 
 
 @pytest.mark.parametrize("flat", ["0", "3", "4"])
@@ -1041,16 +1041,18 @@ def test_moe_matmul_tile(name, K, E, T, rng):
                                         ("IQ4_NL", 2048, 200), ("IQ4_XS", 2048, 200), ("IQ4_XS", 768, 200),
                                         ("Q6_K", 768, 200), ("Q4_0", 2880, 200), ("Q8_0", 2880, 200),
                                         ("MXFP4", 2880, 200), ("MXFP4", 2080, 200), ("IQ4_XS", 768, 201)])
-def test_moe_matmul_tile_map(name, K, N, rng):
-    """v130: tiles of 8 copy each stage's weights by boxes of a tensor map over super-rows of G rows, G the fewest
+@pytest.mark.parametrize("E, T, nt", [(64, 40, {1}), (4, 150, {4, 8})])
+def test_moe_matmul_tile_map(name, K, N, E, T, nt, rng):
+    """v130, v132: tiles copy each stage's weights by boxes of a tensor map over super-rows of G rows, G the fewest
     whose bytes are a multiple of 16: G = 1 (rows of 16-byte multiples at K = 2048, Q4_K's at 768), 2 (IQ4_XS's 408
     bytes), 4 (Q4_0's 1620, Q8_0's 3060), 8 (Q6_K's 630, MXFP4's 1530 at K = 2880); MXFP4 at K = 2080 (1105 bytes,
-    no G) and IQ4_XS's 408-byte rows over 201 rows (G = 2 does not divide N) keep cp.async. 64 experts of 200 rows (a
-    row tile's last 56 rows past N, which the boxes take from the next expert, and past the last expert, routed here,
-    from the map's zero fill), each chunk's box running into the next row or past the super-row's end, T = 40 of top 2
-    (tiles of 8), unroutable ids; bf16 and fp16 against gguf-py's dequantized weights, the form launched checked where
-    CUPTI is free. GGUF_KERNELS_TILE_MAP=0 keeps the cp.async form (test_moe_matmul_tile_map_off)."""
-    E, T, top_k = 64, 40, 2
+    no G) and IQ4_XS's 408-byte rows over 201 rows (G = 2 does not divide N) keep cp.async (tiles of 8) or bulk copies.
+    Experts of 200 rows (a row tile's last 56 rows past N, which the boxes take from the next expert, and past the last
+    expert, routed here, from the map's zero fill), each chunk's box running into the next row or past the super-row's
+    end; 64 experts at T = 40 of top 2 (tiles of 8), 4 at T = 150 (tiles of 32 or 64, K = 2880 split over two CTAs),
+    unroutable ids; bf16 and fp16 against gguf-py's dequantized weights, the form launched checked where CUPTI is free.
+    GGUF_KERNELS_TILE_MAP=0 keeps the cp.async and bulk forms (test_moe_matmul_tile_map_off)."""
+    top_k = 2
     packed = random_packed(name, (E, N), K, rng)
     fits = K != 2080 and N == 200
     assert tile_map_expected(packed.shape[-1], N) == (os.environ.get("GGUF_KERNELS_TILE_MAP") != "0" and fits)
@@ -1063,12 +1065,29 @@ def test_moe_matmul_tile_map(name, K, N, rng):
         x = torch.randn(T, K, device=DEV, dtype=dtype)
         names = kernels_launched(lambda: check_moe_with_unroutable(x, packed, w, ids, name, TOL[dtype]))
         if names:
-            assert (tile_nt(names), tile_maps(names)) == ({1}, {tile_map_expected(packed.shape[-1], N)}), (name, names)
+            assert tile_nt(names) <= nt and tile_maps(names) == {tile_map_expected(packed.shape[-1], N)}, (name, names)
+
+
+@pytest.mark.parametrize("name, K", [("Q4_K", 2048), ("IQ4_XS", 768), ("Q4_0", 2880), ("Q8_0", 2880), ("Q6_K", 768),
+                                     ("MXFP4", 2880), ("MXFP4", 2080)])
+@pytest.mark.parametrize("M", [24, 64])
+def test_matmul_tile_map(name, K, M, rng):
+    """v132: dense tiles copy their weights by tensor map as MoE's do (G = 1, 2, 4, 8 as in test_moe_matmul_tile_map;
+    MXFP4 at K = 2080 without), over N = 200 rows (the last row tile's 56 rows past the map's end, its zero fill) and 201
+    (G does not divide N: bulk copies), K split over CTAs (few row tiles), bf16 and fp16 against gguf-py's dequantized
+    weights; the form launched checked where CUPTI is free."""
+    for N in (200, 201):
+        row_bytes = random_packed(name, (1,), K, rng).shape[-1]
+        for dtype in (torch.bfloat16, torch.float16):
+            names = kernels_launched(lambda: check_matmul(name, M, N, K, rng, dtype))
+            if names:
+                assert tile_maps(names) == {tile_map_expected(row_bytes, N)}, (name, K, N, M, names)
 
 
 def test_moe_matmul_tile_map_off():
-    """GGUF_KERNELS_TILE_MAP=0 (read once a process): tiles of 8 copy their weights by cp.async pieces wherever the
-    map would take them, in a child: the tensor-map cases and the grouped ones, checked the same way."""
+    """GGUF_KERNELS_TILE_MAP=0 (read once a process): tiles copy their weights by cp.async pieces (tiles of 8) or bulk
+    copies wherever the map would take them, in a child: the tensor-map cases and the grouped ones, checked the same
+    way."""
     run_child({"GGUF_KERNELS_TILE_MAP": "0"}, __file__, "(tile_map and not map_off) or many_pairs_grouped", " passed")
 
 

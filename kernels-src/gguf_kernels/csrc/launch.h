@@ -150,8 +150,8 @@ cudaError_t launch_gemv_mma(const GemvArgs& a, DType xt, int mt, int64_t grid_x,
 // ceil(M / tt); chunks: moe_route's table made with mt = tt.
 // splits > 1 divides K among that many CTAs, which need ws: splits * a.out_rows * N floats.
 // cudaErrorNotSupported when it does not take the case (fp32 x, tt, more than 65535 tiles).
-// map: tiles of 8 may copy their weights by tensor map where the weights allow one (v130; GGUF_KERNELS_TILE_MAP=0
-// turns it off).
+// map: tiles may copy their weights by tensor map where the weights allow one (v130 tiles of 8, v132 the rest;
+// GGUF_KERNELS_TILE_MAP=0 turns it off).
 template <int T>
 cudaError_t launch_tile(const GemvArgs& a, DType xt, int tt, int64_t tiles, int splits, float* ws, bool map,
                         cudaStream_t stream);

@@ -45,7 +45,7 @@ struct TileGeom {
   static constexpr int CTAS = 3 * (SMEM + 1024) <= 228 * 1024 ? 3 : 2;
 };
 
-// The tile kernel's last parameter: for its MAP form (tiles of 8, v130) the weights as a 2-D tensor map of super-rows
+// The tile kernel's last parameter: for its MAP form (v130, v132) the weights as a 2-D tensor map of super-rows
 // of 2^lg rows (encode_tile_map), encoded at the launch; empty elsewhere.
 template <bool USED>
 struct TileMap {};
@@ -61,8 +61,7 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, TileGeom<T, NT>::CTAS)
     tile_kernel(const GemvArgs a, float* __restrict__ ws, const __grid_constant__ TileMap<MAP> tm) {
   using G = TileGeom<T, NT>;
   constexpr int TT = 8 * NT, CE = G::CE, S = G::S, CB = G::CB, ROWBUF = G::ROWBUF, PMAX = G::PMAX, XPITCH = G::XPITCH;
-  constexpr bool BULK = NT >= 2;  // weight rows by bulk copies (the copies' comment below)
-  static_assert(!MAP || NT == 1, "the tensor-map form is the tiles of 8's");
+  constexpr bool BULK = NT >= 2 && !MAP;  // weight rows by bulk copies (the copies' comment below)
   constexpr int QA = NT >= 4 ? 1 : 4 / NT;  // independent accumulators per token group (mma latency)
   constexpr bool BLOCK32 = Traits<T>::BLOCK == 32;
   // 128: the tensor copies' destinations; a name of its own, since kernels.cuh declares its dsmem 16-byte aligned in
@@ -126,7 +125,8 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, TileGeom<T, NT>::CTAS)
   // This split's chunks of K: [c0, c1).
   const int nchunks = (K + CE - 1) / CE, per = (nchunks + gridDim.z - 1) / gridDim.z;
   const int c0 = min(nchunks, (int)blockIdx.z * per), c1 = min(nchunks, c0 + per);
-  // Copies into stage ch % S. Weights, tiles of 16 tokens or more (v127): thread r < 128 copies row n0 + r's
+  // Copies into stage ch % S. Weights: by tensor map (MAP, below) wherever the launch encodes one; else, tiles of 16
+  // tokens or more (v127): thread r < 128 copies row n0 + r's
   // chunk, its 16-byte superset (rounded_pieces), as one bulk copy counted on the stage's barrier (wbar: 128 arrivals
   // a phase, one a row thread, each with its copy's bytes as expected transactions). That issues ~40% fewer
   // instructions a stage, 2-6% faster at MoE T = 512 and dense M = 16..64 on the H100, but 1-6% slower on tiles of 8
@@ -135,7 +135,8 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, TileGeom<T, NT>::CTAS)
   // thread's share fixed for the whole loop. Rows past N are not copied (a bulk row thread only arrives): their stage
   // bytes are stale, and their products are never stored. Where the matrix ends off a 16-byte boundary (tail), its
   // last row's last chunk goes by cp_async_piece<true>, which reads nothing past the end, in the activations' cp.async
-  // group. MAP: the map's rows are super-rows of G = 2^lg weight rows, G x row_bytes a multiple of 16 bytes
+  // group. MAP (v130 for tiles of 8, v132 for every tile): the map's rows are super-rows of G = 2^lg weight rows,
+  // G x row_bytes a multiple of 16 bytes
   // (encode_tile_map); thread j < G copies position j of the 128 / G super-rows n0 / G .. as one box, each row's ROWBUF
   // bytes from the 16-byte boundary below its chunk's start, into slots j x 128 / G .. (rows position-major: row r in
   // slot (r % G) x 128 / G + r / G, its chunk at the offset the cp.async form gives it). Rows past N come from the
@@ -308,12 +309,12 @@ cudaError_t launch_split_reduce(const float* ws, int splits, int64_t rows, int N
   return cudaGetLastError();
 }
 
-// Tiles of 8 copy their weights by tensor map (tile_kernel's MAP) over super-rows of the fewest G = 2^lg rows (G <= 8)
+// Tiles copy their weights by tensor map (tile_kernel's MAP) over super-rows of the fewest G = 2^lg rows (G <= 8)
 // whose bytes are a multiple of 16, where G divides N (a tile's rows start a super-row) and the super-rows span the
 // map's box ([experts x N / G super-rows, G x row_bytes / 4 words], a box of 128 / G super-rows by ROWBUF bytes): G = 1
 // for Qwen3-30B-A3B's gate in every table type, 2 for IQ4_XS's 408-byte down rows, 8 for Q6_K's 630 and gpt-oss's
 // MXFP4 1530. False where none fits, the weights' base is off 16 bytes, or the driver has no encoder: the launch then
-// takes the cp.async form.
+// takes the cp.async form (tiles of 8) or the bulk copies (larger tiles).
 template <int T>
 bool encode_tile_map(const GemvArgs& a, TileMap<true>& tm) {
   constexpr int ROWBUF = TileGeom<T, 1>::ROWBUF;
@@ -349,9 +350,9 @@ cudaError_t launch_tile_kernel(const GemvArgs& a, int64_t tiles, int splits, flo
 
 template <int T, int NT, typename XT>
 cudaError_t launch_tile_impl(const GemvArgs& a, int64_t tiles, int splits, float* ws, bool map, cudaStream_t stream) {
-  TileMap<true> tm;  // encoded for tiles of 8 only
-  const cudaError_t e = NT == 1 && map && encode_tile_map<T>(a, tm)
-                            ? launch_tile_kernel<T, 1, XT, true>(a, tiles, splits, ws, tm, stream)
+  TileMap<true> tm;
+  const cudaError_t e = map && encode_tile_map<T>(a, tm)
+                            ? launch_tile_kernel<T, NT, XT, true>(a, tiles, splits, ws, tm, stream)
                             : launch_tile_kernel<T, NT, XT, false>(a, tiles, splits, ws, TileMap<false>{}, stream);
   if (e != cudaSuccess || splits == 1) return e;
   return launch_split_reduce(ws, splits, a.out_rows, a.N, reinterpret_cast<XT*>(a.out), a.out_stride, stream);

@@ -82,8 +82,8 @@ int env_int(const char* name, int dflt) {
   return v ? std::atoi(v) : dflt;
 }
 
-// The tile kernel, with K split over CTAs (and its fp32 workspace) where it has few CTAs; its tiles of 8 by tensor
-// map where the weights allow one, unless GGUF_KERNELS_TILE_MAP=0.
+// The tile kernel, with K split over CTAs (and its fp32 workspace) where it has few CTAs; its weights by tensor map
+// where they allow one, unless GGUF_KERNELS_TILE_MAP=0.
 cudaError_t dispatch_tile(int64_t qtype, const gq::GemvArgs& a, DType xt, int tt, int64_t tiles,
                           const at::TensorOptions& opts, cudaStream_t s) {
   const int splits = gq::tile_splits(a.N, a.K, tiles);
