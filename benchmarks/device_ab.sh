@@ -59,7 +59,7 @@ if [ -n "$AB_TESTS" ]; then
   el "tests done"
   if [ "${AB_MEMCHECK:-1}" != 0 ]; then
     GGUF_QUANT_KERNELS=$KA python3 benchmarks/sanitize_suite.py --shards ${AB_SHARDS:-4} --timeout 300 --logs $LOGD/sanitize \
-      -- $AB_TESTS "${K[@]}" 2>&1 | tee "$OUTD/sanitize.md" | grep -E "^\| all |^[a-z]+: " || tail -5 "$OUTD/sanitize.md"
+      -- $AB_TESTS "${K[@]}" 2>&1 | tee "$OUTD/sanitize.md" | grep -E "^\| (all|again) |^[a-z]+: " || tail -5 "$OUTD/sanitize.md"
     el "memcheck done"
   fi
 fi

@@ -91,6 +91,21 @@ def test_memcheck_short_of_memory_counts_as_out_of_memory_and_stays_out_of_the_d
     assert sanitize_suite.digest(log) == []
 
 
+def test_the_tests_failed_on_out_of_memory_returns_only_are_named_to_run_again():
+    failed = ("FAILED tests/test_kernels.py::test_moe_matmul_tile[Q6_K-768-64-400] - torch.OutOfMemoryError: CUDA out\n"
+              "FAILED tests/test_kernels.py::test_moe_matmul_tile_map_off - AssertionError: child failed\n")
+    log = CLEAN.replace("97 passed, 1 skipped", "95 passed, 2 failed, 1 skipped").replace(
+        "========= ERROR SUMMARY: 0 errors", OOM + failed + "========= ERROR SUMMARY: 1 error")
+    assert sanitize_suite.oom_failures(log) == ["tests/test_kernels.py::test_moe_matmul_tile[Q6_K-768-64-400]",
+                                               "tests/test_kernels.py::test_moe_matmul_tile_map_off"]
+    # not where an invalid access was printed beside them, an error went unprinted, or a chunk has no summary
+    bad = log.replace(OOM, OOM + "========= Invalid __shared__ write of size 4 bytes\n").replace("1 error", "2 errors")
+    assert sanitize_suite.oom_failures(bad) == []
+    assert sanitize_suite.oom_failures(log.replace("1 error", "3 errors")) == []
+    assert sanitize_suite.oom_failures(f"### chunk 0\n{log}### chunk 1\n" + CLEAN.split("97 passed")[0]) == []
+    assert sanitize_suite.oom_failures(CLEAN) == []
+
+
 def test_a_chunked_shard_sums_its_processes_and_flags_one_without_a_report():
     second = CLEAN.replace("97 passed, 1 skipped", "39 passed, 1 failed").replace("0 errors", "2 errors")
     log = f"### chunk 0\n{CLEAN}### chunk 1\n{second}"
