@@ -3,9 +3,10 @@
 //
 // A CTA of 8 warps owns 128 weight rows and a tile of up to 8NT tokens: dense, rows m0 .. of x;
 // MoE, one entry of moe_route's chunk table (pairs of one expert).
-// Per stage of 256 elements the CTA copies its rows' bytes (16-byte pieces over the chunk rounded
-// out to 16-byte boundaries, so every block keeps its file alignment modulo 16) and the tile's
-// activations into shared memory with cp.async, S stages deep. Every warp decodes its 16 rows
+// Per stage of 256 elements the CTA copies its rows' bytes (the chunk rounded out to 16-byte
+// boundaries, so every block keeps its file alignment modulo 16: by tensor-map boxes, bulk copies
+// or cp.async pieces, the copies' comment below) and the tile's activations (cp.async) into shared
+// memory, S stages deep. Every warp decodes its 16 rows
 // once per unit (unit_mma, as gemv_mma_kernel) and multiplies them with each
 // group of 8 tokens that holds a token, reading x from shared memory. So a weight is decoded once
 // per 8NT tokens and an activation read from memory once per 16W rows (gemv_mma_kernel: once per
