@@ -1,6 +1,6 @@
 // Tensor maps (PTX ISA "cp.async.bulk.tensor", CUDA driver API "Tensor Map Object Management"): a box's copy into
 // shared memory and the driver's encoder, shared by the stream kernels' stages (gemv_stream_kernel.cuh, with their
-// parameter WeightMap) and the tile kernel's tiles of 8 tokens (tile_kernel.cuh).
+// parameter WeightMap) and the tile kernel's weights (tile_kernel.cuh, TileMap).
 #pragma once
 #include <cuda.h>
 #include <cudaTypedefs.h>
