@@ -94,8 +94,12 @@ def digest(log: str) -> list[str]:
         if not any(o in m.group(1) for o in OOM):
             lines.append(re.sub(r"0x[0-9a-f]+", "0x.", m.group(1) + (f" at {m.group(2)}" if m.group(2) else "")))
     # a process that died without pytest's summary (session 36: synccheck aborted it) says so
-    return lines + re.findall(r"^Fatal Python error: .*", log, re.M) + [
-        f"FAILED {t}" for t in re.findall(r"^FAILED (\S+)", log, re.M)]
+    return lines + re.findall(r"^Fatal Python error: .*", log, re.M) + [f"FAILED {t}" for t in failed_tests(log)]
+
+
+def failed_tests(log: str) -> list[str]:
+    """The test ids pytest's summary lines in a log say failed, in order."""
+    return re.findall(r"^FAILED (\S+)", log, re.M)
 
 
 def oom_failures(log: str) -> list[str]:
@@ -106,7 +110,7 @@ def oom_failures(log: str) -> list[str]:
     s = summary(log)
     if s["silent"] or not (s["memcheck_errors"] == s["oom"] == s["printed"]):
         return []
-    return list(dict.fromkeys(re.findall(r"^FAILED (\S+)", log, re.M)))
+    return list(dict.fromkeys(failed_tests(log)))
 
 
 def deal(ids: list[str], graphs: set[str], n: int) -> list[list[str]]:

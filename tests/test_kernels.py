@@ -1076,8 +1076,9 @@ def test_matmul_tile_map(name, K, M, rng):
     MXFP4 at K = 2080 without), over N = 200 rows (the last row tile's 56 rows past the map's end, its zero fill) and 201
     (G does not divide N: bulk copies), K split over CTAs (few row tiles), bf16 and fp16 against gguf-py's dequantized
     weights; the form launched checked where CUPTI is free."""
+    bs, ts = block_of(name)
+    row_bytes = K // bs * ts
     for N in (200, 201):
-        row_bytes = random_packed(name, (1,), K, rng).shape[-1]
         for dtype in (torch.bfloat16, torch.float16):
             names = kernels_launched(lambda: check_matmul(name, M, N, K, rng, dtype))
             if names:
