@@ -479,16 +479,9 @@ inline CUtensorMapL2promotion map_l2_promotion() {
 // (rows_mis) copy their stages a row at a time (bulk_copy_1d) and take none.
 template <int T, int MT>
 bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm) {
-  constexpr int E = stream_map_elem<T, MT>();
-  const auto encode = tensor_map_encoder();
-  if (!encode || a.row_bytes % 16 || reinterpret_cast<uintptr_t>(a.w) % 16) return false;
-  const cuuint64_t dims[2] = {(cuuint64_t)a.row_bytes / E, (cuuint64_t)a.N};
-  const cuuint64_t stride[1] = {(cuuint64_t)a.row_bytes};
-  const cuuint32_t box[2] = {(cuuint32_t)stream_rs<T, MT, false>() / E, 2 * MT}, step[2] = {1, 1};
-  return encode(&wm.map, E == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT64, 2,
-                const_cast<uint8_t*>(a.w), dims, stride, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_NONE, map_l2_promotion(), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
-         CUDA_SUCCESS;
+  if (a.row_bytes % 16 || reinterpret_cast<uintptr_t>(a.w) % 16) return false;
+  return encode_rows_map(wm.map, a.w, stream_map_elem<T, MT>(), (uint64_t)a.row_bytes, (uint64_t)a.N,
+                         (uint32_t)stream_rs<T, MT, false>(), 2 * MT, map_l2_promotion());
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool MR = false>
 cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {

@@ -48,4 +48,19 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
+// A 2-D map over `rows` rows `stride` bytes apart from base, in elements of e (4 or 8) bytes, a box of box_rows rows by
+// box_bytes; rows and bytes past the ends read as zeros. The stream kernels' stages (encode_weight_map) and the tile
+// kernel's (encode_tile_map) differ only in these. False where the driver has no encoder or refuses the map.
+inline bool encode_rows_map(CUtensorMap& map, const void* base, int e, uint64_t stride, uint64_t rows,
+                            uint32_t box_bytes, uint32_t box_rows, CUtensorMapL2promotion l2) {
+  const auto encode = tensor_map_encoder();
+  if (!encode) return false;
+  const cuuint64_t dims[2] = {stride / e, rows};
+  const cuuint64_t strides[1] = {stride};
+  const cuuint32_t box[2] = {box_bytes / e, box_rows}, step[2] = {1, 1};
+  return encode(&map, e == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT64, 2,
+                const_cast<void*>(base), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_NONE, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 }  // namespace gq

@@ -319,22 +319,17 @@ cudaError_t launch_split_reduce(const float* ws, int splits, int64_t rows, int N
 template <int T>
 bool encode_tile_map(const GemvArgs& a, TileMap<true>& tm) {
   constexpr int ROWBUF = TileGeom<T, 1>::ROWBUF;
-  const auto encode = tensor_map_encoder();
   const int64_t rows = (a.mode == GEMV_DENSE ? 1 : (int64_t)a.n_experts) * a.N;
   const auto fits = [&](int lg) { return (a.row_bytes << lg) % 16 == 0 && a.N % (1 << lg) == 0; };
   int lg = 0;
   while (lg < 3 && !fits(lg)) ++lg;
   const int64_t srow = a.row_bytes << lg;
-  if (!encode || !fits(lg) || reinterpret_cast<uintptr_t>(a.w) % 16 || srow < ROWBUF || rows < TILE_ROWS ||
+  if (!fits(lg) || reinterpret_cast<uintptr_t>(a.w) % 16 || srow < ROWBUF || rows < TILE_ROWS ||
       rows > INT32_MAX - TILE_ROWS)
     return false;
   tm.lg = lg;
-  const cuuint64_t dims[2] = {(cuuint64_t)srow / 4, (cuuint64_t)(rows >> lg)};
-  const cuuint64_t stride[1] = {(cuuint64_t)srow};
-  const cuuint32_t box[2] = {ROWBUF / 4, (cuuint32_t)(TILE_ROWS >> lg)}, step[2] = {1, 1};
-  return encode(&tm.map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, const_cast<uint8_t*>(a.w), dims, stride, box, step,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return encode_rows_map(tm.map, a.w, 4, (uint64_t)srow, (uint64_t)(rows >> lg), ROWBUF, TILE_ROWS >> lg,
+                         CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
 }
 
 template <int T, int NT, typename XT, bool MAP>
