@@ -866,9 +866,10 @@ def test_moe_matmul_flat_ragged(dtype, x3d, rng):
     ragged flat items: units of 8 rows (K = 2880), 16 (1088: 3 chunks), 4 (1600: 4), 2 (3904: 8) and 16
     (64: one short chunk), A rows the even and odd rows of (row pair, chunk) slots at their own offsets;
     an expert twice, an unroutable id; x a row a token or a row a pair. N not a multiple of the unit's
-    rows (2003) keeps the row pairs."""
+    rows (2003) keeps the row pairs, and so do rows of 16 chunks (K = 7744), whose units of one row the
+    slots' row pairs do not fit (flat_rag_fits; before it, half their items were never summed)."""
     E, top_k = 32, 4
-    for K, N in [(2880, 2880), (2880, 40), (1088, 48), (1600, 20), (3904, 6), (64, 32), (2880, 2003)]:
+    for K, N in [(2880, 2880), (2880, 40), (1088, 48), (1600, 20), (3904, 6), (64, 32), (2880, 2003), (7744, 16)]:
         packed = random_packed("MXFP4", (E, N), K, rng)
         w = ref_dequant(packed, "MXFP4").double()
         ids = torch.from_numpy(np.argsort(rng.random((1, E)), axis=1)[:, :top_k].copy()).to(DEV)

@@ -726,6 +726,12 @@ constexpr int kFlatItemBytes = 48 * 4;
 template <int T, bool RAG> GQ_HD constexpr int flat_sum_bytes() {
   return flat_blocks<T, RAG>() ? 16 * 15 * 4 : kFlatItemBytes;
 }
+// Whether rows of n ragged flat items take their units: a unit's item sums fit a warp's, and the unit holds row
+// pairs, as FlatLane's RAG slots (row pair, item) take them (at n a multiple of 16, flat_rows(n) = 1 would slot
+// only half the unit's items: MXFP4 K = 7744 .. 8192 in rows of 4k + 2 bytes)
+template <int T> GQ_HD constexpr bool flat_rag_fits(int n) {
+  return n * flat_rows(n) <= flat_sum_bytes<T, true>() / 4 && flat_rows(n) >= 2;
+}
 // The K split's meeting (gemv_stream_kernel, KS): the sums a warp of every rank but 0 sends into rank 0's
 // slots (32 lanes x 4 floats), and the shared memory a warp takes for them and rank 0's barrier (8 bytes)
 constexpr int kKsSums = 32 * 4;

@@ -1297,12 +1297,12 @@ inline MoeXRows moe_x_rows(int P, int N, int x_div) {
   const bool local = !knob_local_off() && guess < nx;
   return {local ? guess + 1 : nx, local};
 }
-// Whether N rows of K take the ragged flat items' units (gemv_stream_kernel<T, XT, true, 1, true, true>): a unit's
-// item sums fit a warp's flat_sum_bytes and N is whole units
+// Whether N rows of K take the ragged flat items' units (gemv_stream_kernel<T, XT, true, 1, true, true>): their
+// items fit the units (flat_rag_fits) and N is whole units
 template <int T>
 bool flat_rag_units(int K, int N) {
   const int n = flat_row_items<T, true>(K);
-  return n * flat_rows(n) <= flat_sum_bytes<T, true>() / 4 && N % flat_rows(n) == 0;
+  return flat_rag_fits<T>(n) && N % flat_rows(n) == 0;
 }
 // Whether rows of K (row_bytes each, experts expert_bytes apart) are whole flat items (flat_item_bytes<T, false, BR>),
 // at most max_items a row, every expert's rows starting 16-byte aligned: the aligned flat forms, whose stage is one run

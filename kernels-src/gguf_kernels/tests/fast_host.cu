@@ -612,7 +612,7 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
   const int n = flat_row_items<T, RAG, BR>(K);
   if (RAG ? (T != MXFP4 && T != IQ4_XS) || K % Traits<T>::BLOCK || rb != (int64_t)K / Traits<T>::BLOCK * Traits<T>::BYTES ||
                 rb % 4 != (T == MXFP4 ? 2 : 0) || rb % 16 == 0 ||
-                n * flat_rows(n) > flat_sum_bytes<T, RAG>() / 4
+                !flat_rag_fits<T>(n)
           : n < 1 || n > 4 || K != n * (L::CE * IB / L::CB) || rb != (int64_t)n * IB || (BR && (T != IQ4_XS || rb % 16 == 0)))
     return 2;
   if (R % flat_rows(n)) return 2;
