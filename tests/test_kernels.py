@@ -695,7 +695,8 @@ def check_grid_launch(name: str, N: int, K: int, ms: tuple, grid: bool, rng) -> 
 
 @pytest.mark.parametrize("M", [1, 2, 3, 8])
 @pytest.mark.parametrize("N, K, stream_ms", [(4096, 5120, (1, 2, 3, 8)), (5120, 5120, (1, 2, 3, 8)), (1024, 5120, (1, 2)),
-                                             (1020, 3584, (1, 2)), (4096, 17408, (1, 2, 3, 8))])
+                                             (1020, 3584, (1, 2)), (4096, 17408, (1, 2, 3, 8)),
+                                             (4088, 5120, (1, 2, 3, 8))])
 def test_matmul_q6k_rows_mis(N, K, stream_ms, M, rng):
     """Q6_K rows that are a multiple of 4 bytes but not of 16 (K a multiple of 512, not of 2048): K = 5120 (Qwen3-14B's
     hidden size: rows of 4200 bytes, every other one 8 past a 16-byte boundary), 3584 (Qwen2.5-7B's: 2940, 4 past each
@@ -706,7 +707,8 @@ def test_matmul_q6k_rows_mis(N, K, stream_ms, M, rng):
     64 units, declined). 17408's 34 chunks take the grid in 8 unequal slices at M = 2..8 (v90; before: the plain
     launch at M = 2 with 9 groups of records a thread, gemv_mma_kernel at M = 3, 8). Against gguf-py's dequantization; the
     launch is the stream kernel's in stream_ms, gemv_mma_kernel's elsewhere (before: gemv_mma_kernel at M >= 2, the
-    ragged row pairs at M = 1)."""
+    ragged row pairs at M = 1). The K split on rows of 16k + 8 bytes (5120, 17408) copies its stages by two boxes of
+    row pairs (v133; 4088 rows: the last unit's 8 rows past N from the map's zero fill)."""
     packed = random_packed("Q6_K", (N,), K, rng)
     x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
     names = check_launch("Q6_K", packed, x, ref_dequant(packed, "Q6_K").double())

@@ -476,12 +476,15 @@ inline CUtensorMapL2promotion map_l2_promotion() {
 // The weights as a 2-D tensor map for the stage copies of gemv_stream_kernel's MT-token form (NOTES.md v70-v72):
 // N rows of row_bytes in elements of stream_map_elem bytes, a box of a unit's 2 MT rows by a stage's stream_rs bytes,
 // rows past N read as zeros. False where it cannot be encoded (the launch then takes no such form). The MR forms
-// (rows_mis) copy their stages a row at a time (bulk_copy_1d) and take none.
+// (rows_mis) copy their stages a row at a time (bulk_copy_1d) and take none, but the K split's on rows of 16k + 8
+// bytes (v133; `pairs`, the MR forms' launch), whose map is of row pairs ([N / 2 pairs, 2 row_bytes], a box of the
+// unit's MT pairs; rows_mis makes N even there).
 template <int T, int MT>
-bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm) {
-  if (a.row_bytes % 16 || reinterpret_cast<uintptr_t>(a.w) % 16) return false;
-  return encode_rows_map(wm.map, a.w, stream_map_elem<T, MT>(), (uint64_t)a.row_bytes, (uint64_t)a.N,
-                         (uint32_t)stream_rs<T, MT, false>(), 2 * MT, map_l2_promotion());
+bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm, bool pairs = false) {
+  const int lg = pairs && mr_pairs(a.row_bytes) ? 1 : 0;
+  if ((a.row_bytes << lg) % 16 || a.N % (1 << lg) || reinterpret_cast<uintptr_t>(a.w) % 16) return false;
+  return encode_rows_map(wm.map, a.w, stream_map_elem<T, MT>(), (uint64_t)(a.row_bytes << lg), (uint64_t)(a.N >> lg),
+                         (uint32_t)stream_rs<T, MT, false>(), (2 * MT) >> lg, map_l2_promotion());
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool MR = false>
 cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
@@ -1069,7 +1072,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     cudaLaunchAttribute coop = {};
     coop.id = cudaLaunchAttributeCooperative;
     coop.val.cooperative = 1;
-    if (!MR && !encode_weight_map<T, MT>(a0, wm)) return cudaErrorNotSupported;
+    if ((!MR || mr_pairs(a0.row_bytes)) && !encode_weight_map<T, MT>(a0, wm, MR)) return cudaErrorNotSupported;
     const cudaError_t e = launch_kernel_with(&coop, grid_kernel, dim3(g.ctas * g.Z), dim3(32 * g.WPC), g.smem, stream,
                                              follows_stream_kernel(stream), a, wm);
     if (e != cudaErrorNotSupported) return e;
@@ -1100,7 +1103,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       if (!ks_cluster_keeps<T>(nch, Z, WPC)) continue;
       const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
       const cudaLaunchAttribute cl = cluster_attr(Z);
-      if (!MR && !encode_weight_map<T, MT>(a0, wm)) return cudaErrorNotSupported;
+      if ((!MR || mr_pairs(a0.row_bytes)) && !encode_weight_map<T, MT>(a0, wm, MR)) return cudaErrorNotSupported;
       return launch_kernel_with(&cl, kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, a, wm);
     }
   }

@@ -35,6 +35,9 @@ GQ_HD constexpr bool stream_bulk() {
   return KS || (!MOE && !RAG && MT == 2 && ONE && stream_rs<T, MT, false>() <= 8 * 256) ||
          (!MOE && !RAG && !ONE && !MR && (MT == 2 || MT == 4 || MT == 8));
 }
+// MR rows of 16k + 8 bytes, which pair into 16-byte multiples: the K split copies them by boxes of row pairs (v133),
+// the kernel's PAIRS and its launch's map alike
+GQ_HD constexpr bool mr_pairs(int64_t row_bytes) { return row_bytes % 16 == 8; }
 // The shared-memory layout of those forms, which the kernel builds and the launches count: the records' end
 // padded to 128 bytes (every stage buffer 128-byte aligned, as the copies ask), and an mbarrier a stage buffer
 GQ_HD constexpr size_t stream_recs_end(size_t rec_bytes, bool bulk) {
@@ -199,6 +202,11 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   const int rho = g / CPS, kap = g % CPS;  // lane's A rows (rho, rho + MT) and chunk; its B token rho
   // MR: those rows' starts past the unit's 16-byte alignment
   const int dr = MR ? (int)((rho * a.row_bytes) & 15) : 0, dr8 = MR ? (int)(((rho + MT) * a.row_bytes) & 15) : 0;
+  // MR's K split on rows of 16k + 8 bytes (PAIRS, v133): a stage by two tensor-map boxes over row pairs (32-byte
+  // multiples), the even rows' then the odd rows', so row r of the unit sits in slot (r & 1) x 8 + r / 2; rows of
+  // 16k + 4 or + 12 bytes keep a 1-D copy a row (four rows' boxes would start 64 bytes off the 128 they ask)
+  const bool PAIRS = MR && KS && mr_pairs(a.row_bytes);  // (KS: by tensor map, stream_bulk)
+  const int sl = PAIRS ? ((rho & 1) << 3) + (rho >> 1) : rho, sl8 = PAIRS ? ((rho & 1) << 3) + ((rho + MT) >> 1) : rho + MT;
   // GZ's slices (NOTES.md v90): a.K (the larger slice, which lays out every CTA's shared memory alike), ranks (CTA b:
   // b % a.gz) from a.kx on one chunk fewer, where K's chunks do not split equally (25600 = 50 chunks of 512 into 4)
   const int N = a.N, K = GZ && (int)blockIdx.x % a.gz >= a.kx ? a.K - L::CE : a.K, S = a.S;
@@ -424,7 +432,19 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
                                           // 16-byte boundary below its stage up to the one above its end (the
                                           // weights end on one); each lane announces its own bytes, lane 0 arrives
                                           // once all have (v102: lane 0 alone took ~35 issue slots a row, NOTES.md)
-        if (lane < RPU) {
+                                          // PAIRS: lane j < 2 the box of the unit's 8 rows 2i + j (rows past N:
+                                          // the map's zeros), from the 16-byte boundary below row j's stage: a
+                                          // bulk copy from each lane's own addresses runs as a loop over the lanes
+                                          // (ELECT, R2UR, UBLKCP a lane: NOTES.md v132, v133)
+        if (PAIRS) {
+          if (lane < 2) {
+            constexpr int E = stream_map_elem<T, MT>();
+            mbar_expect_tx(sbar + st, (uint32_t)(RPU / 2 * RS));
+            const int x = (int)(((int64_t)lane * a.row_bytes + slice_off(L::CB) + b0) & ~(int64_t)15);
+            tensor_copy_2d((uint32_t)__cvta_generic_to_shared(d + lane * (RPU / 2) * RS), &wm.map, x / E, (RU * ip) >> 1,
+                           sbar + st);
+          }
+        } else if (lane < RPU) {
           const uint8_t* sr = irow + b0;
           const int m = (int)(reinterpret_cast<uintptr_t>(sr) & 15);
           const uint32_t n = (uint32_t)(m + nc * L::CB + 15) & ~15u;
@@ -723,8 +743,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
     const bool live = kap < nch - c0;
     const int ch = c0 + (live ? kap : 0);
     const int mis = L::MIS ? (kph + c0 * L::CB) & 15 : 0;  // where the stage's copy starts before its first chunk
-    const uint8_t* rg = buf + cur * STAGE + rho * RS + (MR ? (mis + dr) & 15 : mis) + (ch - c0) * L::CB;
-    const uint8_t* rg8 = rg + MT * RS + (MR ? ((mis + dr8) & 15) - ((mis + dr) & 15) : 0);
+    const uint8_t* rg = buf + cur * STAGE + sl * RS + (MR ? (mis + dr) & 15 : mis) + (ch - c0) * L::CB;
+    const uint8_t* rg8 = rg + (sl8 - sl) * RS + (MR ? ((mis + dr8) & 15) - ((mis + dr) & 15) : 0);
     if constexpr (FLAT && RAG) {  // A rows g, g + 8 at their items' own offsets
       int r, k, r8, k8;
       FL::slot(s, g, fn, r, k);

@@ -424,8 +424,12 @@ __device__ __forceinline__ void unit_frags(const uint8_t* pg, const uint8_t* pg8
         iq4xs_unit(row, uu, c, w[0], w[1], d[0], d[1]);
       } else {
         w[0] = iq4nl_word(row + 2 * uu * Traits<IQ4_NL>::BYTES, c, d[0]);
-        w[1] = full ? iq4nl_word(row + (2 * uu + 1) * Traits<IQ4_NL>::BYTES, c, d[1]) : 0u;
-        if (!full) d[1] = 0.f;
+        if (full) {
+          w[1] = iq4nl_word(row + (2 * uu + 1) * Traits<IQ4_NL>::BYTES, c, d[1]);
+        } else {
+          w[1] = 0u;
+          d[1] = 0.f;
+        }
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {

@@ -147,12 +147,13 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, TileGeom<T, NT>::CTAS)
   static_assert(rows % RPP == 0 && CE / 8 == 32 && NTH % 32 == 0, "copy shares");
   const int cr = tid / TPR, cp = tid % TPR, xp = tid & 31, xj = tid >> 5;
   const uint8_t* prow = wbase + (int64_t)(n0 + cr) * a.row_bytes;
-  const bool copier = tid < rows && n0 + tid < N, last_row = tail && n0 + tid == N - 1;  // BULK's row threads
+  const bool copier = n0 + tid < N, last_row = tail && n0 + tid == N - 1;  // BULK's row threads (tid < rows)
   const uint8_t* wrow = wbase + (int64_t)(n0 + min(tid, rows - 1)) * a.row_bytes;
   const int64_t ppass = (int64_t)RPP * a.row_bytes;
   auto issue = [&](int ch) {
     if (ch < c1) {
       const int st = ch % S;
+      const uint32_t bytes = (uint32_t)min((int64_t)CB, a.row_bytes - (int64_t)ch * CB);  // the row's in chunk ch
       if constexpr (MAP) {
         if (tid < (1 << lg)) {
           const int sub = rows >> lg;
@@ -164,7 +165,6 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, TileGeom<T, NT>::CTAS)
         if (tid < rows) {
           uint8_t* ws = wbuf + st * wstage + tid * ROWBUF;
           if (copier) {
-            const uint32_t bytes = (uint32_t)min((int64_t)CB, a.row_bytes - (int64_t)ch * CB);
             const uintptr_t s = reinterpret_cast<uintptr_t>(wrow + (int64_t)ch * CB);
             const uint32_t np = (uint32_t)rounded_pieces(s, bytes);
             if (last_row && ch == nchunks - 1) {
@@ -181,7 +181,6 @@ __global__ void __launch_bounds__(32 * TILE_WARPS, TileGeom<T, NT>::CTAS)
           }
         }
       } else {
-        const uint32_t bytes = (uint32_t)min((int64_t)CB, a.row_bytes - (int64_t)ch * CB);
 #pragma unroll
         for (int i = 0; i < rows / RPP; ++i) {
           if (n0 + cr + RPP * i < N) {
