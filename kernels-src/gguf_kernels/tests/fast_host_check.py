@@ -89,13 +89,17 @@ def records_x(name, x, n=32):
     return group_rounded(x, n) if name == "IQ4_XS" else x
 
 
-def check_m1(entry, name, packed, w, K, x, R, label):
+def check_m1(entry, name, packed, w, K, x, R, label, may_decline=False):
     """A one-token host model (fast_matmul_stream_one, fast_matmul_stream_flat[_ragged]) against gguf-py, on x as the
-    records hold it (IQ4_XS's block form)."""
+    records hold it (IQ4_XS's block form). may_decline: the model's refusal of the case (rc 2, the launch's own rule)
+    passes too."""
     out = np.full((1, R), np.nan, np.float32)
     rc = entry(int(QT[name]), packed.ctypes.data_as(ctypes.c_void_p), R, ctypes.c_longlong(packed.shape[1]), K,
                np.ascontiguousarray(x, dtype=np.float32).ctypes.data_as(ctypes.c_void_p),
                out.ctypes.data_as(ctypes.c_void_p))
+    if may_decline and rc == 2:
+        print(f"{label} declined")
+        return True
     return report(label, rc, out, records_x(name, x, 256), w)
 
 
@@ -211,6 +215,15 @@ def main():
         packed, w = random_rows("MXFP4", R, K, rng)
         bad += not check_m1(lib.fast_matmul_stream_flat_ragged, "MXFP4", packed, w, K, wide_x(rng, 1, K), R,
                             f"MXFP4   K={K:5d} M=1 ragged flat, {n} items")
+    # every item count the item sums could hold (1..48 chunks, one K each in rows of 4k + 2 bytes): what the rule the
+    # launch and the model share (flat_rag_fits) admits must sum every item, the rest be declined; rows of 16 chunks
+    # ran before the rule and left half their items out (session 87)
+    for n in range(1, 49):
+        K = 32 * max(b for b in range(16 * n - 15, 16 * n + 1) if b % 4 == 2)
+        R = 2 * 16 // (n & -n)
+        packed, w = random_rows("MXFP4", R, K, rng)
+        bad += not check_m1(lib.fast_matmul_stream_flat_ragged, "MXFP4", packed, w, K, wide_x(rng, 1, K), R,
+                            f"MXFP4   K={K:5d} M=1 ragged flat, {n} items", may_decline=True)
     # IQ4_XS rows of 4k bytes (136-byte blocks, v111) on one-block items (v112): K = 768 (Qwen3-30B-A3B's down
     # projection: 3 items, 16 rows a unit of 3 stages), 256, 1280, 1792, 3840 (15 items, the most the item sums
     # hold); two units each. K = 256 and 768 (at most 4 items a row) as the launch takes them since v113: each
