@@ -481,10 +481,9 @@ inline CUtensorMapL2promotion map_l2_promotion() {
 // unit's MT pairs; rows_mis makes N even there).
 template <int T, int MT>
 bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm, bool pairs = false) {
-  const int lg = pairs && mr_pairs(a.row_bytes) ? 1 : 0;
-  if ((a.row_bytes << lg) % 16 || a.N % (1 << lg) || reinterpret_cast<uintptr_t>(a.w) % 16) return false;
-  return encode_rows_map(wm.map, a.w, stream_map_elem<T, MT>(), (uint64_t)(a.row_bytes << lg), (uint64_t)(a.N >> lg),
-                         (uint32_t)stream_rs<T, MT, false>(), (2 * MT) >> lg, map_l2_promotion());
+  return encode_rows_map(wm.map, a.w, stream_map_elem<T, MT>(), (uint64_t)a.row_bytes, (uint64_t)a.N,
+                         pairs && mr_pairs(a.row_bytes) ? 1 : 0, (uint32_t)stream_rs<T, MT, false>(), 2 * MT,
+                         map_l2_promotion());
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool MR = false>
 cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {

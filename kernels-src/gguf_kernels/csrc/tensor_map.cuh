@@ -48,16 +48,21 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// A 2-D map over `rows` rows `stride` bytes apart from base, in elements of e (4 or 8) bytes, a box of box_rows rows by
-// box_bytes; rows and bytes past the ends read as zeros. The stream kernels' stages (encode_weight_map) and the tile
-// kernel's (encode_tile_map) differ only in these. False where the driver has no encoder or refuses the map.
-inline bool encode_rows_map(CUtensorMap& map, const void* base, int e, uint64_t stride, uint64_t rows,
+// A 2-D map over `rows` rows of row_bytes from base, taken as super-rows of 2^lg consecutive rows (a map row holds
+// 2^lg rows, row_bytes << lg bytes), in elements of e (4 or 8) bytes, a box of box_rows rows (box_rows >> lg
+// super-rows) by box_bytes; rows and bytes past the ends read as zeros. The stream kernels' stages (encode_weight_map,
+// lg 0 or v133's row pairs) and the tile kernel's (encode_tile_map, super-rows of up to 8) differ only in these. False
+// where a super-row is not a whole number of 16-byte pieces, rows are not whole super-rows, base is off 16 bytes, or
+// the driver has no encoder or refuses the map.
+inline bool encode_rows_map(CUtensorMap& map, const void* base, int e, uint64_t row_bytes, uint64_t rows, int lg,
                             uint32_t box_bytes, uint32_t box_rows, CUtensorMapL2promotion l2) {
+  const uint64_t stride = row_bytes << lg;
+  if (stride % 16 || rows % (1ull << lg) || reinterpret_cast<uintptr_t>(base) % 16) return false;
   const auto encode = tensor_map_encoder();
   if (!encode) return false;
-  const cuuint64_t dims[2] = {stride / e, rows};
+  const cuuint64_t dims[2] = {stride / e, rows >> lg};
   const cuuint64_t strides[1] = {stride};
-  const cuuint32_t box[2] = {box_bytes / e, box_rows}, step[2] = {1, 1};
+  const cuuint32_t box[2] = {box_bytes / e, box_rows >> lg}, step[2] = {1, 1};
   return encode(&map, e == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT64, 2,
                 const_cast<void*>(base), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
                 CU_TENSOR_MAP_SWIZZLE_NONE, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;

@@ -322,12 +322,9 @@ bool encode_tile_map(const GemvArgs& a, TileMap<true>& tm) {
   const auto fits = [&](int lg) { return (a.row_bytes << lg) % 16 == 0 && a.N % (1 << lg) == 0; };
   int lg = 0;
   while (lg < 3 && !fits(lg)) ++lg;
-  const int64_t srow = a.row_bytes << lg;
-  if (!fits(lg) || reinterpret_cast<uintptr_t>(a.w) % 16 || srow < ROWBUF || rows < TILE_ROWS ||
-      rows > INT32_MAX - TILE_ROWS)
-    return false;
+  if (!fits(lg) || (a.row_bytes << lg) < ROWBUF || rows < TILE_ROWS || rows > INT32_MAX - TILE_ROWS) return false;
   tm.lg = lg;
-  return encode_rows_map(tm.map, a.w, 4, (uint64_t)srow, (uint64_t)(rows >> lg), ROWBUF, TILE_ROWS >> lg,
+  return encode_rows_map(tm.map, a.w, 4, (uint64_t)a.row_bytes, (uint64_t)rows, lg, ROWBUF, TILE_ROWS,
                          CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
 }
 
