@@ -208,22 +208,17 @@ def main():
             bad += not check_m1(lib.fast_matmul_stream_flat, name, packed, w, K, wide_x(rng, 1, K), R,
                                 f"{name:7s} K={K:5d} M=1 flat, {n} items")
     # ragged flat items (MXFP4 rows of 4k + 2 bytes, v37): rows of 1, 3, 4, 6 and 8 chunks, the last one
-    # short (K = 2880: gpt-oss, 6 items, 8 rows a unit), two units (K = 2880: three)
-    for K in (64, 1088, 1600, 2880, 3904):
+    # short (K = 2880: gpt-oss, 6 items, 8 rows a unit), two units (K = 2880: three); then every item count the item
+    # sums could hold (1..48 chunks, one K each): what the rule the launch and the model share (flat_rag_fits) admits
+    # must sum every item, the rest be declined; rows of 16 chunks ran before the rule and left half their items out
+    # (session 87)
+    sweep = [32 * max(b for b in range(16 * n - 15, 16 * n + 1) if b % 4 == 2) for n in range(1, 49)]
+    for K, may_decline in [(K, False) for K in (64, 1088, 1600, 2880, 3904)] + [(K, True) for K in sweep]:
         n = -(-K // 512)
         R = (3 if K == 2880 else 2) * 16 // (n & -n)
         packed, w = random_rows("MXFP4", R, K, rng)
         bad += not check_m1(lib.fast_matmul_stream_flat_ragged, "MXFP4", packed, w, K, wide_x(rng, 1, K), R,
-                            f"MXFP4   K={K:5d} M=1 ragged flat, {n} items")
-    # every item count the item sums could hold (1..48 chunks, one K each in rows of 4k + 2 bytes): what the rule the
-    # launch and the model share (flat_rag_fits) admits must sum every item, the rest be declined; rows of 16 chunks
-    # ran before the rule and left half their items out (session 87)
-    for n in range(1, 49):
-        K = 32 * max(b for b in range(16 * n - 15, 16 * n + 1) if b % 4 == 2)
-        R = 2 * 16 // (n & -n)
-        packed, w = random_rows("MXFP4", R, K, rng)
-        bad += not check_m1(lib.fast_matmul_stream_flat_ragged, "MXFP4", packed, w, K, wide_x(rng, 1, K), R,
-                            f"MXFP4   K={K:5d} M=1 ragged flat, {n} items", may_decline=True)
+                            f"MXFP4   K={K:5d} M=1 ragged flat, {n} items", may_decline)
     # IQ4_XS rows of 4k bytes (136-byte blocks, v111) on one-block items (v112): K = 768 (Qwen3-30B-A3B's down
     # projection: 3 items, 16 rows a unit of 3 stages), 256, 1280, 1792, 3840 (15 items, the most the item sums
     # hold); two units each. K = 256 and 768 (at most 4 items a row) as the launch takes them since v113: each
