@@ -24,7 +24,7 @@ for name in TYPES:
         k.matmul(torch.randn(20, 8192, device=dev, dtype=torch.bfloat16), random_packed(name, (37,), 8192, rng), q)  # split K
         e = random_packed(name, (40, 37), K, rng)  # 2 pairs on 40 experts, one unroutable
         k.moe_matmul(torch.randn(1, K, device=dev, dtype=torch.bfloat16), e, torch.tensor([[3, -1]], device=dev), q)
-    for M in (12, 24):  # tile_fast_kernel (IQ4_XS, MXFP4 at 12), the tile kernel; K split in two and in eight
+    for M in (12, 24):  # the tile kernel, tiles of 16 and 32 tokens; few row tiles at N = 4000 (K split)
         for N, K in ((14335, 2048), (4000, 9728)):
             k.matmul(torch.randn(M, K, device=dev, dtype=torch.bfloat16), random_packed(name, (N,), K, rng), q)
     # M = 3..8, K split over a cluster (4, 8, 2 slices; M = 4 on 14335 rows: IQ4_XS and MXFP4 only)

@@ -572,11 +572,10 @@ def test_matmul_iq4xs_block_sums_extremes(M, rng):
 
 @pytest.mark.parametrize("M", [9, 16, 17, 32])
 @pytest.mark.parametrize("name", ["Q4_0", "IQ4_XS", "MXFP4"])
-def test_matmul_tile_fast(name, M, rng):
-    """M = 9..32 on rows of whole 16-byte pieces (IQ4_XS and MXFP4: tile_fast_kernel to M = 16, a partial
-    tile at 9, then the tile kernel, partial at 17; Q4_0: the tile kernel since v31), bf16 and fp16 x: N = 14335 with K = 2048 (112 CTAs, K split in two, a last CTA past
-    N), N = 4000 with K = 9728 (K split in eight: 5 chunks each and 3 for the 256-element types; 3 each,
-    1 and an empty split for the 512-element ones)."""
+def test_matmul_tile_small_m(name, M, rng):
+    """M = 9..32 on the tile kernel (Q4_0 since v31; IQ4_XS and MXFP4 since v136, which removed tile_fast_kernel): tiles
+    of 16 tokens, partial at 9, full at 16, then of 32, partial at 17; bf16 and fp16 x: N = 14335 with K = 2048 (a
+    last tile past N), N = 4000 with K = 9728 (few row tiles, so K split over CTAs where the launch splits it)."""
     for N, K in ((14335, 2048), (4000, 9728)):
         for dtype in (torch.bfloat16, torch.float16):
             check_matmul(name, M, N, K, rng, dtype)
@@ -1134,9 +1133,9 @@ def test_second_device(rng):
     """A model split over two GPUs (device_map="auto") runs its layers on both from one process. A
     kernel's shared-memory limit holds on the device that was current when it was raised, so each launch
     site raises it once a device: here every launch path runs on cuda:0 and then on cuda:1, through
-    this module's own tests with DEV switched (stream kernel in all its forms, K split, tile_fast, the
-    tile kernel, gemv_mma, dequantize + cuBLAS, MoE pairs, hit experts and grouped tiles, a CUDA graph
-    of dependent launches). Without GGUF_KERNELS_FAST_STREAM_MAX_M, a child runs it again with the
+    this module's own tests with DEV switched (stream kernel in all its forms, K split, the tile kernel,
+    gemv_mma, dequantize + cuBLAS, MoE pairs, hit experts and grouped tiles, a CUDA graph of dependent
+    launches). Without GGUF_KERNELS_FAST_STREAM_MAX_M, a child runs it again with the
     stream kernel off, so that M <= 8 takes gemv_fast_kernel."""
     for dev in ("cuda:0", "cuda:1"):
         globals()["DEV"] = torch.device(dev)
@@ -1147,7 +1146,7 @@ def test_second_device(rng):
                 for name in ("Q5_K", "Q6_K", "MXFP4"):
                     test_matmul_stream_ksplit(name, 8, rng)
                 test_matmul_stream_split("Q4_K", 2, rng)
-                test_matmul_tile_fast("MXFP4", 12, rng)
+                test_matmul_tile_small_m("MXFP4", 12, rng)
                 for name, M in (("Q4_K", 13), ("Q4_K", 40), ("Q8_0", 80), ("IQ4_XS", 3)):
                     test_matmul(name, torch.bfloat16, M, rng)
                 check_matmul("Q4_K", 600, 1000, 1280, rng)

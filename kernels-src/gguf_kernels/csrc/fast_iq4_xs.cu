@@ -1,7 +1,6 @@
-// IQ4_XS: fast small-M and tile matmul instantiation (gemv_fast.cuh).
-#include "tile_fast_kernel.cuh"
+// IQ4_XS: fast small-M matmul instantiation (gemv_fast.cuh).
+#include "gemv_fast_launch.cuh"
 
 namespace gq {
 GQ_FAST_INSTANTIATE(IQ4_XS)
-GQ_TILE_FAST_INSTANTIATE(IQ4_XS)
 }  // namespace gq

@@ -1,7 +1,6 @@
-// MXFP4: fast small-M and tile matmul instantiation (gemv_fast.cuh).
-#include "tile_fast_kernel.cuh"
+// MXFP4: fast small-M matmul instantiation (gemv_fast.cuh).
+#include "gemv_fast_launch.cuh"
 
 namespace gq {
 GQ_FAST_INSTANTIATE(MXFP4)
-GQ_TILE_FAST_INSTANTIATE(MXFP4)
 }  // namespace gq

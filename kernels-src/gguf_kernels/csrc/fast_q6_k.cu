@@ -1,7 +1,6 @@
-// Q6_K: fast small-M and tile matmul instantiation (gemv_fast.cuh).
-#include "tile_fast_kernel.cuh"
+// Q6_K: fast small-M matmul instantiation (gemv_fast.cuh).
+#include "gemv_fast_launch.cuh"
 
 namespace gq {
 GQ_FAST_INSTANTIATE(Q6_K)
-GQ_TILE_FAST_INSTANTIATE(Q6_K)
 }  // namespace gq

@@ -1,7 +1,6 @@
-// Q8_0: fast small-M and tile matmul instantiation (gemv_fast.cuh).
-#include "tile_fast_kernel.cuh"
+// Q8_0: fast small-M matmul instantiation (gemv_fast.cuh).
+#include "gemv_fast_launch.cuh"
 
 namespace gq {
 GQ_FAST_INSTANTIATE(Q8_0)
-GQ_TILE_FAST_INSTANTIATE(Q8_0)
 }  // namespace gq

@@ -37,18 +37,6 @@ cudaError_t launch_gemv_fast_any(int qtype, const GemvArgs& a, DType xt, void* s
   });
 }
 
-size_t tile_fast_scratch_any(int qtype, int N, int K, int M, int64_t row_bytes) {
-  return with_fast_type(qtype, (size_t)0,
-                        [&](auto t) { return tile_fast_scratch<decltype(t)::value>(N, K, M, row_bytes); });
-}
-
-cudaError_t launch_tile_fast_any(int qtype, const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes,
-                                 cudaStream_t stream) {
-  return with_fast_type(qtype, cudaErrorNotSupported, [&](auto t) {
-    return launch_tile_fast<decltype(t)::value>(a, xt, scratch, scratch_bytes, stream);
-  });
-}
-
 cudaError_t launch_gemv_fast_moe_any(int qtype, const GemvArgs& a, DType xt, int P, int min_chunks,
                                      cudaStream_t stream) {
   return with_fast_type(qtype, cudaErrorNotSupported, [&](auto t) {

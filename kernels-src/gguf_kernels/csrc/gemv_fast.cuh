@@ -480,7 +480,7 @@ template <int T> struct Prep {
   }
   static GQ_HD size_t b_bytes(int K, int M) { return (size_t)(K / L::GS) * M * BREC; }
   static GQ_HD size_t bytes(int K, int M) { return b_bytes(K, M) + (size_t)(K / L::GS) * gr(M); }
-  // bytes() rounded up to 256: where a scratch buffer's next part (tile_fast_kernel's workspace) starts
+  // bytes() rounded up to 256: a scratch buffer's size
   static GQ_HD size_t scratch(int K, int M) { return (bytes(K, M) + 255) / 256 * 256; }
 
   // One (group G, token t): xv = the group's GS activations as float.

@@ -187,17 +187,6 @@ cudaError_t launch_gemv_fast(const GemvArgs& a, DType xt, void* scratch, size_t 
 // row then leave lanes idle; whole-piece rows take the 4-row form at any K).
 template <int T>
 cudaError_t launch_gemv_fast_moe(const GemvArgs& a, DType xt, int P, int min_chunks, cudaStream_t stream);
-// Dense M = 9..32 (bf16/fp16 x, Q4_0 and MXFP4, IQ4_XS to 16, the same rows) on tile_fast_kernel
-// (tile_fast_kernel.cuh): tile_fast_scratch() gives the bytes of scratch for its prep records and
-// its K splits' workspace, 0 when it does not take the case; launch_tile_fast() runs the prep kernel
-// and the matmul.
-template <int T>
-size_t tile_fast_scratch(int N, int K, int M, int64_t row_bytes);
-template <int T>
-cudaError_t launch_tile_fast(const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes, cudaStream_t stream);
-size_t tile_fast_scratch_any(int qtype, int N, int K, int M, int64_t row_bytes);
-cudaError_t launch_tile_fast_any(int qtype, const GemvArgs& a, DType xt, void* scratch, size_t scratch_bytes,
-                                 cudaStream_t stream);
 cudaError_t launch_gemv_stream_any(int qtype, const GemvArgs& a, DType xt, cudaStream_t stream);
 // Bytes of GemvArgs::ks_part that launch_gemv_stream_any will use for this dense matmul (0: none).
 size_t gemv_stream_ks_part_any(int qtype, int N, int K, int M);

@@ -150,14 +150,17 @@ int moe_group_min() {
 // Dense M served by the tile kernel, from same-run A/Bs on the H200 (NOTES.md v8, v31). Against the
 // tensor-core small-M kernel: faster from M = 17 for every type, from M = 9 for Q4_K and Q5_K (v8),
 // and since v31 at M = 16 for Q6_K and Q8_0 (0.78-0.97x of its time) and Q4_0 (0.84-0.92x of
-// tile_fast_kernel's); MXFP4 and IQ4_XS keep tile_fast_kernel to M = 16. Against dequantize + cuBLAS
+// tile_fast_kernel's); since v136 (H100, session 87) MXFP4 and IQ4_XS from M = 9 too, where tiles of 16 tokens ran
+// 4096 -> 14336 in 0.89-0.94x of tile_fast_kernel's time, 14336 -> 4096 in 0.82-0.88x, 4096 -> 4096 level (its
+// CTAs too few there, so main ran the tile kernel there already), and tile_fast_kernel was removed. Against dequantize + cuBLAS
 // at M = 64 (two tiles of 32), since v31: 0.69-0.93x of its time for those types and MXFP4 on
 // 4096 -> 14336 and 14336 -> 4096, IQ4_XS 1.07x on 4096 -> 14336. The types not measured keep
 // M = 17..32, but IQ4_XS takes M = 64 too since v125 (its tiles decode as Q4_K's; session 80, H100, M = 64 against
 // dequantize + cuBLAS: 4096 -> 14336 68.7 against 97.5 us, 14336 -> 4096 64.3 against 100.8, 4096 -> 4096 23.6 against 25.2).
 // GGUF_KERNELS_TILE_MAX_M=0 turns the tile kernel off, for MoE too.
 bool tile_measured_type(int64_t qtype) {
-  return qtype == gq::Q4_0 || qtype == gq::Q4_K || qtype == gq::Q5_K || qtype == gq::Q6_K || qtype == gq::Q8_0;
+  return qtype == gq::Q4_0 || qtype == gq::Q4_K || qtype == gq::Q5_K || qtype == gq::Q6_K || qtype == gq::Q8_0 ||
+         qtype == gq::MXFP4 || qtype == gq::IQ4_XS;
 }
 int tile_min_m(int64_t qtype) {
   static const int v = env_int("GGUF_KERNELS_TILE_MIN_M", 0);
@@ -167,7 +170,7 @@ int tile_min_m(int64_t qtype) {
 int tile_max_m(int64_t qtype) {
   static const int v = env_int("GGUF_KERNELS_TILE_MAX_M", -1);
   if (v >= 0) return v;
-  return tile_measured_type(qtype) || qtype == gq::MXFP4 || qtype == gq::IQ4_XS ? 64 : 32;
+  return tile_measured_type(qtype) ? 64 : 32;
 }
 // Tokens per tile: the smallest of 8, 16, 32, 64 that holds n, at most `cap`. Dense tiles stop at 32
 // tokens (M = 64 ran faster as two tiles of 32 than as one of 64 for Q4_K and Q6_K).
@@ -280,19 +283,6 @@ at::Tensor matmul(const at::Tensor& x, const at::Tensor& packed, int64_t qtype) 
   const DType xt = dtype_code(x.scalar_type());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
 
-  // 9..32 tokens: one decode per tile with the scale after the product, where it takes the type (Q4_0,
-  // IQ4_XS, MXFP4), rows (those of the fast small-M kernels) and shape (a wave of CTAs); else the tile
-  // kernel, gemv_mma_kernel or cuBLAS.
-  const size_t tf_bytes = use_mma(xt) && M > fast_max_m() ? gq::tile_fast_scratch_any((int)qtype, (int)N, (int)K, (int)M, rb) : 0;
-  if (tf_bytes > 0) {
-    at::Tensor out = at::empty({M, N}, x.options());
-    at::Tensor scratch = at::empty({(int64_t)tf_bytes}, p.options());
-    const cudaError_t e = gq::launch_tile_fast_any((int)qtype, dense_args(p, xc, out), xt, scratch.data_ptr(), tf_bytes, stream);
-    if (e != cudaErrorNotSupported) {
-      check_cuda(e, "matmul (tile, scale after the product)");
-      return out.reshape(oshape);
-    }
-  }
   if (use_mma(xt) && M > fast_max_m() && M >= tile_min_m(qtype) && M <= tile_max_m(qtype)) {  // one decode per tile
     const int tt = tile_tokens(M, 32);
     at::Tensor out = at::empty({M, N}, x.options());
