@@ -150,9 +150,9 @@ int moe_group_min() {
 // Dense M served by the tile kernel, from same-run A/Bs on the H200 (NOTES.md v8, v31). Against the
 // tensor-core small-M kernel: faster from M = 17 for every type, from M = 9 for Q4_K and Q5_K (v8),
 // and since v31 at M = 16 for Q6_K and Q8_0 (0.78-0.97x of its time) and Q4_0 (0.84-0.92x of
-// tile_fast_kernel's); since v136 (H100, session 87) MXFP4 and IQ4_XS from M = 9 too, where tiles of 16 tokens ran
-// 4096 -> 14336 in 0.89-0.94x of tile_fast_kernel's time, 14336 -> 4096 in 0.82-0.88x, 4096 -> 4096 level (its
-// CTAs too few there, so main ran the tile kernel there already), and tile_fast_kernel was removed. Against dequantize + cuBLAS
+// tile_fast_kernel's); since v136 (H100, session 88, M = 9, 12, 16) MXFP4 and IQ4_XS from M = 9 too: 4096 -> 14336 in
+// 0.89-0.94x of tile_fast_kernel's time, 14336 -> 4096 in 0.81-0.87x, 4096 -> 4096 (where tile_fast_kernel declined,
+// too few CTAs) in 0.79-0.88x of gemv_mma_kernel's; tile_fast_kernel was removed. Against dequantize + cuBLAS
 // at M = 64 (two tiles of 32), since v31: 0.69-0.93x of its time for those types and MXFP4 on
 // 4096 -> 14336 and 14336 -> 4096, IQ4_XS 1.07x on 4096 -> 14336. The types not measured keep
 // M = 17..32, but IQ4_XS takes M = 64 too since v125 (its tiles decode as Q4_K's; session 80, H100, M = 64 against
