@@ -485,6 +485,12 @@ bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm, bool pairs = fals
                          pairs && mr_pairs(a.row_bytes) ? 1 : 0, (uint32_t)stream_rs<T, MT, false>(), 2 * MT,
                          map_l2_promotion());
 }
+// The K split's weight map, for its cooperative grid and its clusters alike: MR rows that do not pair take none (a 1-D
+// copy a row); false where one is needed and cannot be encoded
+template <int T, int MT, bool MR>
+bool encode_ks_map(const FastArgs& a, WeightMap<true>& wm) {
+  return (MR && !mr_pairs(a.row_bytes)) || encode_weight_map<T, MT>(a, wm, MR);
+}
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool MR = false>
 cudaError_t launch_choice(FastArgs a, StreamChoice ch, cudaStream_t stream) {
   if (!ch.WPC) return cudaErrorNotSupported;
@@ -1071,7 +1077,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
     cudaLaunchAttribute coop = {};
     coop.id = cudaLaunchAttributeCooperative;
     coop.val.cooperative = 1;
-    if ((!MR || mr_pairs(a0.row_bytes)) && !encode_weight_map<T, MT>(a0, wm, MR)) return cudaErrorNotSupported;
+    if (!encode_ks_map<T, MT, MR>(a0, wm)) return cudaErrorNotSupported;
     const cudaError_t e = launch_kernel_with(&coop, grid_kernel, dim3(g.ctas * g.Z), dim3(32 * g.WPC), g.smem, stream,
                                              follows_stream_kernel(stream), a, wm);
     if (e != cudaErrorNotSupported) return e;
@@ -1102,7 +1108,7 @@ cudaError_t launch_stream_ks(const FastArgs& a0, cudaStream_t stream) {
       if (!ks_cluster_keeps<T>(nch, Z, WPC)) continue;
       const bool pdl = clusters * Z <= num_sms() && follows_stream_kernel(stream);
       const cudaLaunchAttribute cl = cluster_attr(Z);
-      if ((!MR || mr_pairs(a0.row_bytes)) && !encode_weight_map<T, MT>(a0, wm, MR)) return cudaErrorNotSupported;
+      if (!encode_ks_map<T, MT, MR>(a0, wm)) return cudaErrorNotSupported;
       return launch_kernel_with(&cl, kernel, dim3(clusters * Z), dim3(32 * WPC), smem, stream, pdl, a, wm);
     }
   }
