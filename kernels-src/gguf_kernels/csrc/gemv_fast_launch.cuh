@@ -477,13 +477,12 @@ inline CUtensorMapL2promotion map_l2_promotion() {
 // N rows of row_bytes in elements of stream_map_elem bytes, a box of a unit's 2 MT rows by a stage's stream_rs bytes,
 // rows past N read as zeros. False where it cannot be encoded (the launch then takes no such form). The MR forms
 // (rows_mis) copy their stages a row at a time (bulk_copy_1d) and take none, but the K split's on rows of 16k + 8
-// bytes (v133; `pairs`, the MR forms' launch), whose map is of row pairs ([N / 2 pairs, 2 row_bytes], a box of the
-// unit's MT pairs; rows_mis makes N even there).
+// bytes (v133; `pairs`, from encode_ks_map, which asks mr_pairs), whose map is of row pairs ([N / 2 pairs, 2
+// row_bytes], a box of the unit's MT pairs; rows_mis makes N even there).
 template <int T, int MT>
 bool encode_weight_map(const FastArgs& a, WeightMap<true>& wm, bool pairs = false) {
-  return encode_rows_map(wm.map, a.w, stream_map_elem<T, MT>(), (uint64_t)a.row_bytes, (uint64_t)a.N,
-                         pairs && mr_pairs(a.row_bytes) ? 1 : 0, (uint32_t)stream_rs<T, MT, false>(), 2 * MT,
-                         map_l2_promotion());
+  return encode_rows_map(wm.map, a.w, stream_map_elem<T, MT>(), (uint64_t)a.row_bytes, (uint64_t)a.N, pairs ? 1 : 0,
+                         (uint32_t)stream_rs<T, MT, false>(), 2 * MT, map_l2_promotion());
 }
 // The K split's weight map, for its cooperative grid and its clusters alike: MR rows that do not pair take none (a 1-D
 // copy a row); false where one is needed and cannot be encoded

@@ -154,9 +154,9 @@ int moe_group_min() {
 // 0.89-0.94x of tile_fast_kernel's time, 14336 -> 4096 in 0.81-0.87x, 4096 -> 4096 (where tile_fast_kernel declined,
 // too few CTAs) in 0.79-0.88x of gemv_mma_kernel's; tile_fast_kernel was removed. Against dequantize + cuBLAS
 // at M = 64 (two tiles of 32), since v31: 0.69-0.93x of its time for those types and MXFP4 on
-// 4096 -> 14336 and 14336 -> 4096, IQ4_XS 1.07x on 4096 -> 14336. The types not measured keep
-// M = 17..32, but IQ4_XS takes M = 64 too since v125 (its tiles decode as Q4_K's; session 80, H100, M = 64 against
-// dequantize + cuBLAS: 4096 -> 14336 68.7 against 97.5 us, 14336 -> 4096 64.3 against 100.8, 4096 -> 4096 23.6 against 25.2).
+// 4096 -> 14336 and 14336 -> 4096, IQ4_XS 1.07x on 4096 -> 14336; IQ4_XS has taken M = 64 since v125 (its tiles
+// decode as Q4_K's; session 80, H100, M = 64 against dequantize + cuBLAS: 4096 -> 14336 68.7 against 97.5 us, 14336 ->
+// 4096 64.3 against 100.8, 4096 -> 4096 23.6 against 25.2). The types not measured keep M = 17..32.
 // GGUF_KERNELS_TILE_MAX_M=0 turns the tile kernel off, for MoE too.
 bool tile_measured_type(int64_t qtype) {
   return qtype == gq::Q4_0 || qtype == gq::Q4_K || qtype == gq::Q5_K || qtype == gq::Q6_K || qtype == gq::Q8_0 ||
