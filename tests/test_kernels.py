@@ -535,7 +535,7 @@ M1_SPREAD = [("IQ4_XS", 9727, 2560), ("MXFP4", 8959, 1536), ("Q8_0", 8960, 1536)
 @pytest.mark.parametrize("name, N, K", M1_SPREAD, ids=[c[0] for c in M1_SPREAD])
 def test_matmul_stream_m1_spread(name, N, K, rng):
     """v120: M = 1 whose units the launch packed in two rounds and more on fewer CTAs than SMs (on 132 SMs: IQ4_XS
-    2560 -> 9727's row pairs on 102 CTAs, MXFP4 1536 -> 8959's 4-row units on 80, Q8_0 1536 -> 8960's row pairs on 94,
+    2560 -> 9727's 4-row units on 102 CTAs of 12 warps (v137), MXFP4 1536 -> 8959's on 94, Q8_0 1536 -> 8960's row pairs on 94,
     Q6_K 2560 -> 9728's 4-row units of rows that are not 16-byte multiples, Q5_K 5120 -> 17407's on 115), now a
     CTA on every SM with the units dealt warp-major; odd N leaves a short last unit. Against gguf-py's dequantization;
     the launch is the stream kernel's plain form (no K split)."""
@@ -544,6 +544,18 @@ def test_matmul_stream_m1_spread(name, N, K, rng):
     names = check_launch(name, packed, torch.randn(1, K, device=DEV, dtype=torch.bfloat16), w)
     if names:
         assert [stream_args(n).get("KS") for n in names if stream_args(n)] == ["false"], names
+
+
+M1_TWELVE = [("IQ4_XS", 8190, 4096), ("MXFP4", 8190, 4096), ("IQ4_XS", 12289, 1024), ("MXFP4", 12289, 1024)]
+
+
+@pytest.mark.parametrize("name, N, K", M1_TWELVE, ids=[f"{c[0]}-{c[2]}-{c[1]}" for c in M1_TWELVE])
+def test_matmul_stream_m1_twelve_warps(name, N, K, rng):
+    """v137: IQ4_XS and MXFP4 at M = 1 with at least 48 rows an SM, on 12 warps a CTA (on 132 SMs: 4096 -> 8190's
+    row pairs in 3 rounds, 1024 -> 12289's 4-row units with a short last one on 129 CTAs), bf16 and fp16 x, against
+    gguf-py's dequantization."""
+    for dtype in (torch.bfloat16, torch.float16):
+        check_matmul(name, 1, N, K, rng, dtype)
 
 
 def test_matmul_stream_m1_spread_off():

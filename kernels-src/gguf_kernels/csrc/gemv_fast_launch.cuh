@@ -332,11 +332,19 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   int best_rounds = 0, best_cap = 0, best_n = 0;
   int64_t best_work = 0;  // rounds x warps per SM: the busiest SM's share of the units
   constexpr bool M1 = (MT == 1 || ONE) && FT<T>::CB < FT<T>::CE;  // 19 (ONE: 14 too) warps considered
+  // v137: dense M = 1 of IQ4_XS and MXFP4 with at least 48 rows an SM, both forms (row pairs, ONE's 4-row units) on
+  // 12 warps a CTA, where they took 16 or 14: their table decodes run fewer stages a second an SM with more warps
+  // (knob sweep, H100, session 89, us: 5120 -> 17408 23.0 -> 20.9 / 21.9 -> 20.1, 3584 -> 18944 17.7 -> 15.8 /
+  // 18.0 -> 15.8, 4096 -> 14336 14.5 -> 13.9 / 14.2 -> 13.8, 8192 -> 28672 -3% / -1%; 2560 -> 9728 level;
+  // fewer rows are where 12 warps leave SMs short: 14336 -> 4096 and 4096 -> 4096 keep their launches)
+  constexpr bool TABLE_M1 = !MOE && (MT == 1 || ONE) && (T == IQ4_XS || T == MXFP4);
+  const bool w12 = TABLE_M1 && (int64_t)units * (ONE ? 4 : 2) >= 48LL * sms;
   for (int WPC : {19, 16, 14, 12, 8, 4}) {
     // 14: where 16 warps' stages do not fit beside the records (ONE; MoE over hit experts, 8 tokens' records);
-    // 12: MoE's ragged flat items, whose 160 registers fit 12 warps an SM, not 14 (v41)
+    // 12: MoE's ragged flat items, whose 160 registers fit 12 warps an SM, not 14 (v41), and w12
     constexpr bool R160 = RAG && MOE && ONE;
     if (knob_w() ? WPC != knob_w()
+        : w12    ? WPC != 12
                  : (WPC == 19 && !M1) || (WPC == 14 && !ONE && !(MOE && MT == 8)) || (WPC == 12 && !R160)) continue;
     const size_t smem = smem_for(WPC);
     const int n = smem > stream_smem_cap() ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE, MR>(WPC, smem);
