@@ -558,6 +558,21 @@ def test_matmul_stream_m1_twelve_warps(name, N, K, rng):
         check_matmul(name, 1, N, K, rng, dtype)
 
 
+M1_COUNT12 = [
+    ("Q6_K", 8960, 1536), ("Q8_0", 8960, 1536), ("Q6_K", 9000, 4096), ("Q6_K", 3072, 8192), ("Q8_0", 9728, 2560)
+]
+
+
+@pytest.mark.parametrize("name, N, K", M1_COUNT12, ids=[f"{c[0]}-{c[2]}-{c[1]}" for c in M1_COUNT12])
+def test_matmul_stream_m1_count12(name, N, K, rng):
+    """v138: Q6_K and Q8_0 at M = 1 on 12 warps a CTA where that gives the busiest SM fewer stages (on 132 SMs: Q6_K
+    1536 -> 8960's 4-row units of rows that are not 16-byte multiples, Q8_0's row pairs there, Q6_K 4096 -> 9000's row
+    pairs in 3 rounds, Q8_0 2560 -> 9728's 4-row units; Q6_K 8192 -> 3072, whose row pairs on 12 warps tie ONE's
+    stages and ONE takes), bf16 and fp16 x, against gguf-py's dequantization."""
+    for dtype in (torch.bfloat16, torch.float16):
+        check_matmul(name, 1, N, K, rng, dtype)
+
+
 def test_matmul_stream_m1_spread_off():
     """GGUF_KERNELS_FAST_SPREAD=0, in a child: test_matmul_stream_m1_spread's cases packed on fewer CTAs (before
     v120), the units dealt CTA-major (v120b)."""

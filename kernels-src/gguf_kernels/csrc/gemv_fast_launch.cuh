@@ -316,6 +316,11 @@ inline bool knob_spread_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_SPREAD");
   return v;
 }
+// v138: dense M = 1 of Q6_K and Q8_0, both forms, also counted on 12 warps a CTA (choose_stream)
+template <int T, bool MOE, int MT, bool ONE>
+constexpr bool stream_count12() {
+  return !MOE && (MT == 1 || ONE) && (T == Q6_K || T == Q8_0);
+}
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool MR = false>
 StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   const int sms = num_sms();
@@ -339,16 +344,11 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   // fewer rows are where 12 warps leave SMs short: 14336 -> 4096 and 4096 -> 4096 keep their launches)
   constexpr bool TABLE_M1 = !MOE && (MT == 1 || ONE) && (T == IQ4_XS || T == MXFP4);
   const bool w12 = TABLE_M1 && (int64_t)units * (ONE ? 4 : 2) >= 48LL * sms;
-  for (int WPC : {19, 16, 14, 12, 8, 4}) {
-    // 14: where 16 warps' stages do not fit beside the records (ONE; MoE over hit experts, 8 tokens' records);
-    // 12: MoE's ragged flat items, whose 160 registers fit 12 warps an SM, not 14 (v41), and w12
-    constexpr bool R160 = RAG && MOE && ONE;
-    if (knob_w() ? WPC != knob_w()
-        : w12    ? WPC != 12
-                 : (WPC == 19 && !M1) || (WPC == 14 && !ONE && !(MOE && MT == 8)) || (WPC == 12 && !R160)) continue;
+  // WPC warps a CTA, taken where it gives the busiest SM fewer units than the launch chosen so far (or none fits yet)
+  const auto consider = [&](int WPC) {
     const size_t smem = smem_for(WPC);
     const int n = smem > stream_smem_cap() ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE, MR>(WPC, smem);
-    if (n <= 0) continue;
+    if (n <= 0) return false;
     const int rounds = (units + n * sms * WPC - 1) / (n * sms * WPC);
     const int64_t work = (int64_t)rounds * WPC * n;
     if (!best.WPC || work < best_work) {
@@ -358,8 +358,24 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
       best_work = work;
       best = {WPC, S, (units + rounds * WPC - 1) / (rounds * WPC), smem, 0, work * nst};
     }
+    return true;
+  };
+  for (int WPC : {19, 16, 14, 12, 8, 4}) {
+    // 14: where 16 warps' stages do not fit beside the records (ONE; MoE over hit experts, 8 tokens' records);
+    // 12: MoE's ragged flat items, whose 160 registers fit 12 warps an SM, not 14 (v41), and w12
+    constexpr bool R160 = RAG && MOE && ONE;
+    if (knob_w() ? WPC != knob_w()
+        : w12    ? WPC != 12
+                 : (WPC == 19 && !M1) || (WPC == 14 && !ONE && !(MOE && MT == 8)) || (WPC == 12 && !R160)) continue;
+    if (!consider(WPC)) continue;
     if (WPC != 19 && !(ONE && WPC == 16)) break;
   }
+  // v138: dense M = 1 of Q6_K and Q8_0 also on 12 warps a CTA, where that gives the busiest SM fewer stages than the
+  // launch above (knob sweep, H100, session 89, us: Q6_K 5120 -> 17408 31.0 -> 29.1, 3584 -> 18944 24.1 -> 22.6,
+  // 2560 -> 9728 13.5 -> 12.4 (Q6_K's rows there are not 16-byte multiples: ONE alone, 126 -> 108, 84 -> 72, 56 -> 48
+  // stages), Q8_0 -1..-2.5% there; where 12 warps count more stages, as on 4096 -> 14336 and 4096 -> 8192, Q6_K lost
+  // 5-7% with them)
+  if (stream_count12<T, MOE, MT, ONE>() && !knob_w() && best.WPC) consider(12);
   int64_t per_warp = (int64_t)best_rounds * nst;  // stages of the busiest warp
   if (best.WPC && best_rounds == 1 && units < best.WPC * sms) {
     // Few units: fewer warps per CTA, a unit each, on more SMs; or, MT = 2 and 4 (NOTES.md v10), where
@@ -587,7 +603,10 @@ OneOrOld choose_one_or_old(const FastArgs& a, size_t fixed) {
     const int64_t warps = (int64_t)one.ctas * one.WPC;
     return (int64_t)stream_unit_stages<T, MOE, 2, false, true>(a.K) * ((u2 + warps - 1) / warps) <= 4;
   };
-  const bool tie_one = one.WPC >= tie_warps || (!MOE && T == Q5_K && one.WPC >= 8 && short_chain());
+  // Ties with v138's row pairs on 12 warps go to ONE too (Q6_K 8192 -> 3072, 24 stages the busiest SM both: ONE's
+  // 6 warps of 4 stages 9.87 us, the pairs' 12 warps of 2 stages 10.46; H100, session 90)
+  const bool tie_one = one.WPC >= tie_warps || (!MOE && T == Q5_K && one.WPC >= 8 && short_chain()) ||
+                       (stream_count12<T, MOE, 1, false>() && c.old.WPC == 12);
   const bool fewer = one1_rule && !knob_one1_off() ? 20 * one.work < 17 * c.old.work
                                                    : one.work < c.old.work || (one.work == c.old.work && tie_one);
   c.take_one = one.WPC && (knob_one_force() || (MOE && nch <= 8) || !c.old.WPC || (fewer && one.WPC >= min_warps));
