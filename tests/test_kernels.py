@@ -535,10 +535,10 @@ M1_SPREAD = [("IQ4_XS", 9727, 2560), ("MXFP4", 8959, 1536), ("Q8_0", 8960, 1536)
 @pytest.mark.parametrize("name, N, K", M1_SPREAD, ids=[c[0] for c in M1_SPREAD])
 def test_matmul_stream_m1_spread(name, N, K, rng):
     """v120: M = 1 whose units the launch packed in two rounds and more on fewer CTAs than SMs (on 132 SMs: IQ4_XS
-    2560 -> 9727's 4-row units on 102 CTAs of 12 warps (v137), MXFP4 1536 -> 8959's on 94, Q8_0 1536 -> 8960's row pairs on 94,
-    Q6_K 2560 -> 9728's 4-row units of rows that are not 16-byte multiples, Q5_K 5120 -> 17407's on 115), now a
-    CTA on every SM with the units dealt warp-major; odd N leaves a short last unit. Against gguf-py's dequantization;
-    the launch is the stream kernel's plain form (no K split)."""
+    2560 -> 9727's 4-row units on 102 CTAs of 12 warps (v137), MXFP4 1536 -> 8959's on 94, Q8_0 1536 -> 8960's row
+    pairs on 125 of 12 (v138), Q6_K 2560 -> 9728's 4-row units of rows that are not 16-byte multiples, Q5_K 5120 ->
+    17407's on 115), now a CTA on every SM with the units dealt warp-major; odd N leaves a short last unit. Against
+    gguf-py's dequantization; the launch is the stream kernel's plain form (no K split)."""
     packed = random_packed(name, (N,), K, rng)
     w = ref_dequant(packed, name).double()
     names = check_launch(name, packed, torch.randn(1, K, device=DEV, dtype=torch.bfloat16), w)
