@@ -1309,6 +1309,14 @@ inline bool knob_local_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_LOCAL");
   return v;
 }
+// The units over the hit experts (EXP) for P pairs of n_experts experts of N rows: 16-row units of the most experts
+// the pairs can hit (an unroutable id is a hit of its own), and the bytes each CTA holds before its stages (every
+// token's records in the 8-token layout, then the expert tables); launch_moe's, and benchmarks/moe_exp_probe.cu's
+inline int exp_units(int P, int n_experts, int N) { return std::min(n_experts + 1, P) * ((N + 15) / 16); }
+template <int T>
+size_t exp_fixed(int K, int tokens, int P, int n_experts) {
+  return tokens * stream_rec_stride<T, 8>(K) + 4 * (size_t)exp_table_ints(P, n_experts);
+}
 // Whether `tokens` tokens' MoE pairs run on units over the hit experts (EXP): from 2 tokens, and one
 // token whose pairs make at least 8 units an SM (GGUF_KERNELS_FAST_EXP_MIN_T: from that many tokens
 // only; 9: off). Same call on the H200 (NOTES.md v18), gpt-oss-20b's experts (MXFP4, K = 2880, 32 x
@@ -1373,8 +1381,8 @@ cudaError_t launch_moe(const GemvArgs& ga, DType xt, int P, int min_chunks, cuda
         FastArgs a = fast_args(ga, xt);
         a.M = a.nx = tokens;
         a.P = P;
-        const size_t fixed = tokens * stream_rec_stride<T, 8>(K) + 4 * (size_t)exp_table_ints(P, ga.n_experts);
-        const int units = std::min(ga.n_experts + 1, P) * ((N + 15) / 16);  // the most hits
+        const size_t fixed = exp_fixed<T>(K, tokens, P, ga.n_experts);
+        const int units = exp_units(P, ga.n_experts, N);
         const cudaError_t e = xt == DType::BF16 ? launch_stream<T, __nv_bfloat16, true, 8, true>(a, units, fixed, stream)
                                                 : launch_stream<T, __half, true, 8, true>(a, units, fixed, stream);
         if (e != cudaErrorNotSupported) return e;
