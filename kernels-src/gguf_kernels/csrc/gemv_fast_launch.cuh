@@ -603,8 +603,10 @@ OneOrOld choose_one_or_old(const FastArgs& a, size_t fixed) {
     const int64_t warps = (int64_t)one.ctas * one.WPC;
     return (int64_t)stream_unit_stages<T, MOE, 2, false, true>(a.K) * ((u2 + warps - 1) / warps) <= 4;
   };
-  // Ties with v138's row pairs on 12 warps go to ONE too (Q6_K 8192 -> 3072, 24 stages the busiest SM both: ONE's
-  // 6 warps of 4 stages 9.87 us, the pairs' 12 warps of 2 stages 10.46; H100, session 90)
+  // Ties with Q6_K's and Q8_0's row pairs on 12 warps go to ONE too, whether v138's count or the few-units sizing gave
+  // them 12 (Q6_K 8192 -> 3072, v138's, 24 stages the busiest SM both: ONE's 6 warps of 4 stages 9.87 us, the pairs'
+  // 12 warps of 2 stages 10.46; Q6_K 3072 -> 3072, the sizing's, which main had left to the pairs: ONE +0.8%, inside
+  // the call's drift; H100, session 90)
   const bool tie_one = one.WPC >= tie_warps || (!MOE && T == Q5_K && one.WPC >= 8 && short_chain()) ||
                        (stream_count12<T, MOE, 1, false>() && c.old.WPC == 12);
   const bool fewer = one1_rule && !knob_one1_off() ? 20 * one.work < 17 * c.old.work
