@@ -344,14 +344,15 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   // fewer rows are where 12 warps leave SMs short: 14336 -> 4096 and 4096 -> 4096 keep their launches)
   constexpr bool TABLE_M1 = !MOE && (MT == 1 || ONE) && (T == IQ4_XS || T == MXFP4);
   const bool w12 = TABLE_M1 && (int64_t)units * (ONE ? 4 : 2) >= 48LL * sms;
-  // WPC warps a CTA, taken where it gives the busiest SM fewer units than the launch chosen so far (or none fits yet)
-  const auto consider = [&](int WPC) {
+  // WPC warps a CTA, taken where it gives the busiest SM fewer units than the launch chosen so far (or none fits yet;
+  // ties: as many)
+  const auto consider = [&](int WPC, bool ties = false) {
     const size_t smem = smem_for(WPC);
     const int n = smem > stream_smem_cap() ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE, MR>(WPC, smem);
     if (n <= 0) return false;
     const int rounds = (units + n * sms * WPC - 1) / (n * sms * WPC);
     const int64_t work = (int64_t)rounds * WPC * n;
-    if (!best.WPC || work < best_work) {
+    if (!best.WPC || work < best_work || (ties && work == best_work)) {
       best_rounds = rounds;
       best_n = n;
       best_cap = n * sms * WPC;
@@ -376,6 +377,12 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   // stages), Q8_0 -1..-2.5% there; where 12 warps count more stages, as on 4096 -> 14336 and 4096 -> 8192, Q6_K lost
   // 5-7% with them)
   if (stream_count12<T, MOE, MT, ONE>() && !knob_w() && best.WPC) consider(12);
+  // v139: MXFP4's MoE units over the hit experts (MT = 8 on ragged rows: gpt-oss's experts, 2 to 8 tokens) on 8 warps
+  // a CTA where the loop's launch takes two rounds or more and 8 warps give the busiest SM no more units (knob rows,
+  // H100, session 90: gpt-oss's gate at T = 8, 5760 units, 16 warps in 3 rounds 63.4 us against 8 warps in 6 rounds
+  // 58.5, 288 stages an SM both; A/B against 16 warps, session 91: T = 3..8 -1.7..-7.1%, T = 8 63.6 -> 59.0 us); one
+  // round is left to the few-units sizing below (T = 2: 11 warps on 131 CTAs)
+  if (MOE && MT == 8 && RAG && !knob_w() && best.WPC > 8 && best_rounds >= 2) consider(8, true);
   int64_t per_warp = (int64_t)best_rounds * nst;  // stages of the busiest warp
   if (best.WPC && best_rounds == 1 && units < best.WPC * sms) {
     // Few units: fewer warps per CTA, a unit each, on more SMs; or, MT = 2 and 4 (NOTES.md v10), where
