@@ -573,6 +573,18 @@ def test_matmul_stream_m1_count12(name, N, K, rng):
         check_matmul(name, 1, N, K, rng, dtype)
 
 
+M2_COUNT12 = [("IQ4_XS", 12000, 2048), ("MXFP4", 12000, 2048)]
+
+
+@pytest.mark.parametrize("name, N, K", M2_COUNT12, ids=[f"{c[0]}-{c[2]}-{c[1]}" for c in M2_COUNT12])
+def test_matmul_stream_m2_count12(name, N, K, rng):
+    """v140: IQ4_XS and MXFP4 at M = 2 on the MT = 2 kernel with 12 warps a CTA where 16 take two rounds and 12 give
+    the busiest SM fewer stages (on 132 SMs: 2048 -> 12000's 3000 units in two rounds of 12 warps on 125 CTAs, which
+    the M = 4 kernel's tie leaves to MT = 2), bf16 and fp16 x, against gguf-py's dequantization."""
+    for dtype in (torch.bfloat16, torch.float16):
+        check_matmul(name, 2, N, K, rng, dtype)
+
+
 def test_matmul_stream_m1_spread_off():
     """GGUF_KERNELS_FAST_SPREAD=0, in a child: test_matmul_stream_m1_spread's cases packed on fewer CTAs (before
     v120), the units dealt CTA-major (v120b)."""

@@ -316,10 +316,11 @@ inline bool knob_spread_off() {
   static const bool v = env_off("GGUF_KERNELS_FAST_SPREAD");
   return v;
 }
-// v138: dense M = 1 of Q6_K and Q8_0, both forms, also counted on 12 warps a CTA (choose_stream)
+// Launches also counted on 12 warps a CTA (choose_stream): v138, dense M = 1 of Q6_K and Q8_0, both forms; v140, the
+// dense MT = 2 kernel (M = 2) of IQ4_XS and MXFP4
 template <int T, bool MOE, int MT, bool ONE>
 constexpr bool stream_count12() {
-  return !MOE && (MT == 1 || ONE) && (T == Q6_K || T == Q8_0);
+  return !MOE && (((MT == 1 || ONE) && (T == Q6_K || T == Q8_0)) || (MT == 2 && !ONE && (T == IQ4_XS || T == MXFP4)));
 }
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool MR = false>
 StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
@@ -376,7 +377,10 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   // 2560 -> 9728 13.5 -> 12.4 (Q6_K's rows there are not 16-byte multiples: ONE alone, 126 -> 108, 84 -> 72, 56 -> 48
   // stages), Q8_0 -1..-2.5% there; where 12 warps count more stages, as on 4096 -> 14336 and 4096 -> 8192, Q6_K lost
   // 5-7% with them)
-  if (stream_count12<T, MOE, MT, ONE>() && !knob_w() && best.WPC) consider(12);
+  // (v140: from two rounds; one is left to the few-units sizing below, which splits MT = 2's stages over the warps.
+  // A/B on the H100, session 91, M = 2: IQ4_XS -1.9..-8.0% on six shapes, MXFP4 -0.4..-2.9%; 5120 -> 17408, 144 -> 108
+  // stages, level)
+  if (stream_count12<T, MOE, MT, ONE>() && !knob_w() && best.WPC && best_rounds >= 2) consider(12);
   // v139: MXFP4's MoE units over the hit experts (MT = 8 on ragged rows: gpt-oss's experts, 2 to 8 tokens) on 8 warps
   // a CTA where the loop's launch takes two rounds or more and 8 warps give the busiest SM no more units (knob rows,
   // H100, session 90: gpt-oss's gate at T = 8, 5760 units, 16 warps in 3 rounds 63.4 us against 8 warps in 6 rounds
