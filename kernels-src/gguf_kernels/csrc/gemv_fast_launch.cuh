@@ -378,8 +378,7 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   // stages), Q8_0 -1..-2.5% there; where 12 warps count more stages, as on 4096 -> 14336 and 4096 -> 8192, Q6_K lost
   // 5-7% with them)
   // (v140: from two rounds; one is left to the few-units sizing below, which splits MT = 2's stages over the warps.
-  // A/B on the H100, session 91, M = 2: IQ4_XS -1.9..-8.0% on six shapes, MXFP4 -0.4..-2.9%; 5120 -> 17408, 144 -> 108
-  // stages, level)
+  // A/B on the H100, session 91, M = 2: IQ4_XS -1.9..-8.0% on five shapes, MXFP4 -0.4..-2.9%)
   if (stream_count12<T, MOE, MT, ONE>() && !knob_w() && best.WPC && best_rounds >= 2) consider(12);
   // v139: MXFP4's MoE units over the hit experts (MT = 8 on ragged rows: gpt-oss's experts, 2 to 8 tokens) on 8 warps
   // a CTA where the loop's launch takes two rounds or more and 8 warps give the busiest SM no more units (knob rows,
