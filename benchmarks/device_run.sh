@@ -35,16 +35,15 @@ if [ -z "$NO_TESTS" ]; then
     # suite outlasts the 400 s below after a build (session 90: 1203 of 1391 tests)
     TO=${TEST_SLICE#*:}
     python3 -m pytest --collect-only -q -p no:cacheprovider $SUITE 2>/dev/null | grep :: \
-      | sed -n "${TEST_SLICE%%:*},${TO:-\$}p" > /tmp/test_slice.txt
-    el "tests $TEST_SLICE: $(wc -l < /tmp/test_slice.txt) of the collection"
-    timeout 400 python3 -c 'import sys, pytest
-ids = [line for line in open("/tmp/test_slice.txt").read().splitlines() if line]  # ids may hold spaces
-sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "--maxfail=20"] + ids))' 2>&1 | tee "$OUTD/test.log" | tail -25
-    RC=${PIPESTATUS[0]}
+      | sed -n "${TEST_SLICE%%:*},${TO:-\$}p" > /tmp/test_ids.txt
+    el "tests $TEST_SLICE: $(wc -l < /tmp/test_ids.txt) of the collection"
   else
-    timeout 400 python3 -m pytest $SUITE -q -p no:cacheprovider --maxfail=20 2>&1 | tee "$OUTD/test.log" | tail -25
-    RC=${PIPESTATUS[0]}
+    printf '%s\n' $SUITE > /tmp/test_ids.txt
   fi
+  timeout 400 python3 -c 'import sys, pytest
+ids = [line for line in open("/tmp/test_ids.txt").read().splitlines() if line]  # ids may hold spaces
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "--maxfail=20"] + ids))' 2>&1 | tee "$OUTD/test.log" | tail -25
+  RC=${PIPESTATUS[0]}
   [ "$RC" = 124 ] && el "pytest cut off at 400 s: see test.log for how far it got (TEST_SLICE runs the rest)"
   timeout 120 python3 kernels-src/gguf_kernels/tests/fast_gpu_check.py 2>&1 | tee "$OUTD/fast_check.log" | tail -3
   el "tests done"
