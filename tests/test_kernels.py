@@ -559,7 +559,8 @@ def test_matmul_stream_m1_twelve_warps(name, N, K, rng):
 
 
 M1_COUNT12 = [
-    ("Q6_K", 8960, 1536), ("Q8_0", 8960, 1536), ("Q6_K", 9000, 4096), ("Q6_K", 3072, 8192), ("Q8_0", 9728, 2560)
+    ("Q6_K", 8960, 1536), ("Q8_0", 8960, 1536), ("Q6_K", 9000, 4096), ("Q6_K", 3072, 8192), ("Q8_0", 9728, 2560),
+    ("Q6_K", 4096, 4096),
 ]
 
 
@@ -568,7 +569,8 @@ def test_matmul_stream_m1_count12(name, N, K, rng):
     """v138: Q6_K and Q8_0 at M = 1 on 12 warps a CTA where that gives the busiest SM fewer stages (on 132 SMs: Q6_K
     1536 -> 8960's 4-row units of rows that are not 16-byte multiples, Q8_0's row pairs there, Q6_K 4096 -> 9000's row
     pairs in 3 rounds, Q8_0 2560 -> 9728's 4-row units; Q6_K 8192 -> 3072, whose row pairs on 12 warps tie ONE's
-    stages and ONE takes), bf16 and fp16 x, against gguf-py's dequantization."""
+    stages and ONE takes; v141: Q6_K 4096 -> 4096, the pairs' 16 warps tied by ONE's 8, which ONE takes), bf16 and
+    fp16 x, against gguf-py's dequantization."""
     for dtype in (torch.bfloat16, torch.float16):
         check_matmul(name, 1, N, K, rng, dtype)
 

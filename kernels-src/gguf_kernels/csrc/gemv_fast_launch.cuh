@@ -616,9 +616,11 @@ OneOrOld choose_one_or_old(const FastArgs& a, size_t fixed) {
   // Ties with Q6_K's and Q8_0's row pairs on 12 warps go to ONE too, whether v138's count or the few-units sizing gave
   // them 12 (Q6_K 8192 -> 3072, v138's, 24 stages the busiest SM both: ONE's 6 warps of 4 stages 9.87 us, the pairs'
   // 12 warps of 2 stages 10.46; Q6_K 3072 -> 3072, the sizing's, which main had left to the pairs: ONE +0.8%, inside
-  // the call's drift; H100, session 90)
+  // the call's drift; H100, session 90). v141: Q6_K's row pairs on more warps too (4096 -> 4096: the pairs' 16 warps
+  // and ONE's 8 tie at 16 stages; ONE 7.10 us against 7.92, knob rows, H100, session 91). Not Q8_0's: 14336 -> 4096's
+  // tie at 112 stages, the pairs' 16 warps against ONE's 8, went 23.3 -> 24.4 us on ONE.
   const bool tie_one = one.WPC >= tie_warps || (!MOE && T == Q5_K && one.WPC >= 8 && short_chain()) ||
-                       (stream_count12<T, MOE, 1, false>() && c.old.WPC == 12);
+                       (stream_count12<T, MOE, 1, false>() && (T == Q6_K ? c.old.WPC >= 12 : c.old.WPC == 12));
   const bool fewer = one1_rule && !knob_one1_off() ? 20 * one.work < 17 * c.old.work
                                                    : one.work < c.old.work || (one.work == c.old.work && tie_one);
   c.take_one = one.WPC && (knob_one_force() || (MOE && nch <= 8) || !c.old.WPC || (fewer && one.WPC >= min_warps));
