@@ -546,45 +546,33 @@ def test_matmul_stream_m1_spread(name, N, K, rng):
         assert [stream_args(n).get("KS") for n in names if stream_args(n)] == ["false"], names
 
 
-M1_TWELVE = [("IQ4_XS", 8190, 4096), ("MXFP4", 8190, 4096), ("IQ4_XS", 12289, 1024), ("MXFP4", 12289, 1024)]
+# Launches whose warps a CTA the host counts (gemv_fast_launch.cuh: choose_stream, choose_one_or_old), each case
+# (M, type, N, K) under the tag its ids carry (-k m1_twelve, m1_count12, m2_count12); on 132 SMs:
+# - m1_twelve (v137): IQ4_XS and MXFP4 at M = 1 with at least 48 rows an SM, on 12 warps a CTA: 4096 -> 8190's row
+#   pairs in 3 rounds, 1024 -> 12289's 4-row units with a short last one on 129 CTAs.
+# - m1_count12 (v138): Q6_K and Q8_0 at M = 1 on 12 warps where that gives the busiest SM fewer stages: Q6_K 1536 ->
+#   8960's 4-row units of rows that are not 16-byte multiples, Q8_0's row pairs there, Q6_K 4096 -> 9000's row pairs
+#   in 3 rounds, Q8_0 2560 -> 9728's 4-row units; Q6_K 8192 -> 3072, whose row pairs on 12 warps tie ONE's stages
+#   and ONE takes; v141: Q6_K 4096 -> 4096, the pairs' 16 warps tied by ONE's 8, which ONE takes.
+# - m2_count12 (v140): IQ4_XS and MXFP4 at M = 2 on the MT = 2 kernel with 12 warps where 16 take two rounds and 12
+#   give the busiest SM fewer stages: 2048 -> 12000's 3000 units in two rounds of 12 warps on 125 CTAs, which the M =
+#   4 kernel's tie leaves to MT = 2.
+COUNTED_WARPS = {
+    "m1_twelve": [(1, "IQ4_XS", 8190, 4096), (1, "MXFP4", 8190, 4096), (1, "IQ4_XS", 12289, 1024),
+                  (1, "MXFP4", 12289, 1024)],
+    "m1_count12": [(1, "Q6_K", 8960, 1536), (1, "Q8_0", 8960, 1536), (1, "Q6_K", 9000, 4096), (1, "Q6_K", 3072, 8192),
+                   (1, "Q8_0", 9728, 2560), (1, "Q6_K", 4096, 4096)],
+    "m2_count12": [(2, "IQ4_XS", 12000, 2048), (2, "MXFP4", 12000, 2048)],
+}
+COUNTED_CASES = [(tag, *case) for tag, cases in COUNTED_WARPS.items() for case in cases]
+COUNTED_IDS = [f"{tag}-{name}-{K}-{N}" for tag, _, name, N, K in COUNTED_CASES]
 
 
-@pytest.mark.parametrize("name, N, K", M1_TWELVE, ids=[f"{c[0]}-{c[2]}-{c[1]}" for c in M1_TWELVE])
-def test_matmul_stream_m1_twelve_warps(name, N, K, rng):
-    """v137: IQ4_XS and MXFP4 at M = 1 with at least 48 rows an SM, on 12 warps a CTA (on 132 SMs: 4096 -> 8190's
-    row pairs in 3 rounds, 1024 -> 12289's 4-row units with a short last one on 129 CTAs), bf16 and fp16 x, against
-    gguf-py's dequantization."""
+@pytest.mark.parametrize("tag, M, name, N, K", COUNTED_CASES, ids=COUNTED_IDS)
+def test_matmul_stream_counted_warps(tag, M, name, N, K, rng):
+    """The launches listed above COUNTED_WARPS, bf16 and fp16 x, against gguf-py's dequantization."""
     for dtype in (torch.bfloat16, torch.float16):
-        check_matmul(name, 1, N, K, rng, dtype)
-
-
-M1_COUNT12 = [
-    ("Q6_K", 8960, 1536), ("Q8_0", 8960, 1536), ("Q6_K", 9000, 4096), ("Q6_K", 3072, 8192), ("Q8_0", 9728, 2560),
-    ("Q6_K", 4096, 4096),
-]
-
-
-@pytest.mark.parametrize("name, N, K", M1_COUNT12, ids=[f"{c[0]}-{c[2]}-{c[1]}" for c in M1_COUNT12])
-def test_matmul_stream_m1_count12(name, N, K, rng):
-    """v138: Q6_K and Q8_0 at M = 1 on 12 warps a CTA where that gives the busiest SM fewer stages (on 132 SMs: Q6_K
-    1536 -> 8960's 4-row units of rows that are not 16-byte multiples, Q8_0's row pairs there, Q6_K 4096 -> 9000's row
-    pairs in 3 rounds, Q8_0 2560 -> 9728's 4-row units; Q6_K 8192 -> 3072, whose row pairs on 12 warps tie ONE's
-    stages and ONE takes; v141: Q6_K 4096 -> 4096, the pairs' 16 warps tied by ONE's 8, which ONE takes), bf16 and
-    fp16 x, against gguf-py's dequantization."""
-    for dtype in (torch.bfloat16, torch.float16):
-        check_matmul(name, 1, N, K, rng, dtype)
-
-
-M2_COUNT12 = [("IQ4_XS", 12000, 2048), ("MXFP4", 12000, 2048)]
-
-
-@pytest.mark.parametrize("name, N, K", M2_COUNT12, ids=[f"{c[0]}-{c[2]}-{c[1]}" for c in M2_COUNT12])
-def test_matmul_stream_m2_count12(name, N, K, rng):
-    """v140: IQ4_XS and MXFP4 at M = 2 on the MT = 2 kernel with 12 warps a CTA where 16 take two rounds and 12 give
-    the busiest SM fewer stages (on 132 SMs: 2048 -> 12000's 3000 units in two rounds of 12 warps on 125 CTAs, which
-    the M = 4 kernel's tie leaves to MT = 2), bf16 and fp16 x, against gguf-py's dequantization."""
-    for dtype in (torch.bfloat16, torch.float16):
-        check_matmul(name, 2, N, K, rng, dtype)
+        check_matmul(name, M, N, K, rng, dtype)
 
 
 def test_matmul_stream_m1_spread_off():
