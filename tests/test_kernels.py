@@ -391,8 +391,8 @@ def test_matmul_stream_m34_wide8_off():
               f"{len(M34_WIDE8)} passed")
 
 
-M2_MT = [("Q4_K", 9728, 2560, "4"), ("IQ4_XS", 11008, 4096, "4"), ("Q4_0", 9728, 2560, "4"), ("MXFP4", 8192, 3072, "4"),
-         ("Q4_0", 8192, 3072, "2"), ("Q4_0", 11008, 4096, "2"), ("MXFP4", 18944, 3584, "8"), ("Q8_0", 14336, 4096, "2"),
+M2_MT = [("Q4_K", 9728, 2560, "4"), ("IQ4_XS", 11008, 4096, "2"), ("Q4_0", 9728, 2560, "4"), ("MXFP4", 8192, 3072, "4"),
+         ("Q4_0", 8192, 3072, "2"), ("Q4_0", 11008, 4096, "2"), ("MXFP4", 18944, 3584, "2"), ("Q8_0", 14336, 4096, "2"),
          ("IQ4_XS", 5120, 5120, "2"), ("Q5_K", 2560, 9728, "2")]
 
 
@@ -400,10 +400,11 @@ M2_MT = [("Q4_K", 9728, 2560, "4"), ("IQ4_XS", 11008, 4096, "4"), ("Q4_0", 9728,
 def test_matmul_stream_m2_mt(name, N, K, mt, rng):
     """M = 2 on the plain launch's MT = 4 or 8 kernel, 2 tokens padded, where MT = 2's stages of 4 chunks leave lanes
     idle or its units round badly (v107: 2560 -> 9728, 5 or 10 chunks, where Q4_K took the grid before, since MT = 2
-    left 56 SMs idle; 3072 -> 8192, 6 chunks of 512; IQ4_XS 4096 -> 11008; MXFP4 3584 -> 18944, 7); MT = 2 at equal
-    stages (Q4_0 3072 -> 8192, 12 chunks of 256; Q8_0 4096 -> 14336), Q4_0 above 0.6 of them (4096 -> 11008), fewer
-    than 8 warps a CTA on MT = 4 (IQ4_XS 5120 -> 5120) or MT = 4's units split over each CTA's warps (Q5_K 9728 ->
-    2560). v121's cases: test_matmul_stream_m2_wide8.
+    left 56 SMs idle; 3072 -> 8192, 6 chunks of 512); MT = 2 at equal stages (Q4_0 3072 -> 8192, 12 chunks of 256;
+    Q8_0 4096 -> 14336), Q4_0 above 0.6 of them (4096 -> 11008), IQ4_XS 4096 -> 11008 and MXFP4 3584 -> 18944 where
+    MT = 2 counted on 12 warps gives the busiest SM fewer stages (v140; MT = 4 and 8 before), fewer than 8 warps a CTA
+    on MT = 4 (IQ4_XS 5120 -> 5120) or MT = 4's units split over each CTA's warps (Q5_K 9728 -> 2560). v121's cases:
+    test_matmul_stream_m2_wide8.
     Against gguf-py's dequantization; mt: the launched kernel's MT (torch.profiler, where CUPTI is free), every case
     MT = 2 or the grid under GGUF_KERNELS_FAST_M2_MT=2 (test_matmul_stream_m2_mt_knob)."""
     packed = random_packed(name, (N,), K, rng)
