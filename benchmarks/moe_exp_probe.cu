@@ -1,4 +1,4 @@
-// MXFP4 MoE pairs on units over the hit experts (gemv_fast_launch.cuh: launch_moe's EXP branch, NOTES.md v18, v139),
+// MXFP4 MoE pairs on units over the hit experts (gemv_fast_launch.cuh: launch_moe's EXP branch, NOTES.md v18, v142),
 // as the host chooses them: for gpt-oss's experts (K = 2880, 32 experts) at each N, token count and top k, the units,
 // the stream kernel's warps a CTA, CTAs, shared memory and the busiest SM's stages (`work`). Whether EXP takes a case
 // at all (exp_takes: from 2 tokens, or one whose pairs make 8 units an SM) is printed beside it. No GPU needed: the

@@ -1012,8 +1012,9 @@ def test_moe_matmul_hit_experts(T, top_k, dtype, rng):
     chose it (T = 1 only with 8 units an SM: 4 experts of 5760 rows, the fused gate_up; fewer keep the
     row pairs). N = 2880, 2003 (a last unit of 3 rows), 17 (of 1: its odd rows read the row before) and
     2; an expert twice in one token's choice (both slots), unroutable ids (-1, E: zero rows, their own
-    hit), up to 33 hits (T = 8, top 8 of 32). On 132 SMs, N = 2880 at T = 4, 5 and 8 runs 8 warps a CTA (v139: T = 4's
-    180 CTAs two on some SMs, T = 5's and 8's one an SM); T = 2 top 4 keeps 11 warps."""
+    hit), up to 33 hits (T = 8, top 8 of 32); each stage's rows copied 16 lanes a row, the pieces past 256 bytes by
+    lane pairs (v142). On 132 SMs, N = 2880 at T = 4, 5 and 8 runs 16 warps a CTA (v139's 8 undone by v142); T = 2
+    top 4 keeps 11 warps."""
     K = 2880
     for E, N in [(32, 2880), (32, 2003), (32, 17), (32, 2)] + ([(4, 5760)] if T == 1 else []):
         packed = random_packed("MXFP4", (E, N), K, rng)

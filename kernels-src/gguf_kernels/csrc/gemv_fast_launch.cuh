@@ -345,15 +345,14 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   // fewer rows are where 12 warps leave SMs short: 14336 -> 4096 and 4096 -> 4096 keep their launches)
   constexpr bool TABLE_M1 = !MOE && (MT == 1 || ONE) && (T == IQ4_XS || T == MXFP4);
   const bool w12 = TABLE_M1 && (int64_t)units * (ONE ? 4 : 2) >= 48LL * sms;
-  // WPC warps a CTA, taken where it gives the busiest SM fewer units than the launch chosen so far (or none fits yet;
-  // ties: as many)
-  const auto consider = [&](int WPC, bool ties = false) {
+  // WPC warps a CTA, taken where it gives the busiest SM fewer units than the launch chosen so far (or none fits yet)
+  const auto consider = [&](int WPC) {
     const size_t smem = smem_for(WPC);
     const int n = smem > stream_smem_cap() ? 0 : stream_ctas_per_sm<T, XT, MOE, MT, RAG, ONE, MR>(WPC, smem);
     if (n <= 0) return false;
     const int rounds = (units + n * sms * WPC - 1) / (n * sms * WPC);
     const int64_t work = (int64_t)rounds * WPC * n;
-    if (!best.WPC || work < best_work || (ties && work == best_work)) {
+    if (!best.WPC || work < best_work) {
       best_rounds = rounds;
       best_n = n;
       best_cap = n * sms * WPC;
@@ -380,12 +379,9 @@ StreamChoice choose_stream(int units, size_t fixed, int nst, int groups) {
   // (v140: from two rounds; one is left to the few-units sizing below, which splits MT = 2's stages over the warps.
   // A/B on the H100, session 91, M = 2: IQ4_XS -1.9..-8.0% on five shapes, MXFP4 -0.4..-2.9%)
   if (stream_count12<T, MOE, MT, ONE>() && !knob_w() && best.WPC && best_rounds >= 2) consider(12);
-  // v139: MXFP4's MoE units over the hit experts (MT = 8 on ragged rows: gpt-oss's experts, 2 to 8 tokens) on 8 warps
-  // a CTA where the loop's launch takes two rounds or more and 8 warps give the busiest SM no more units (knob rows,
-  // H100, session 90: gpt-oss's gate at T = 8, 5760 units, 16 warps in 3 rounds 63.4 us against 8 warps in 6 rounds
-  // 58.5, 288 stages an SM both; A/B against 16 warps, session 91: T = 3..8 -1.7..-7.1%, T = 8 63.6 -> 59.0 us); one
-  // round is left to the few-units sizing below (T = 2: 11 warps on 131 CTAs)
-  if (MOE && MT == 8 && RAG && !knob_w() && best.WPC > 8 && best_rounds >= 2) consider(8, true);
+  // (v139 put gpt-oss's MoE units over the hit experts, MT = 8 on ragged rows, on 8 warps from two rounds of 16: the
+  // lane-pair copies' shared-memory wavefronts throttled 16 warps. v142's copies of 16 lanes a row lifted that, and
+  // 16 warps won again: T = 3, 6, 7, 8 5-9% faster than 8, T = 8 59.3 -> 55.0 us; H100, session 92)
   int64_t per_warp = (int64_t)best_rounds * nst;  // stages of the busiest warp
   if (best.WPC && best_rounds == 1 && units < best.WPC * sms) {
     // Few units: fewer warps per CTA, a unit each, on more SMs; or, MT = 2 and 4 (NOTES.md v10), where

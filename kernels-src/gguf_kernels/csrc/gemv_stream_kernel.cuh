@@ -360,13 +360,19 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   int is = split ? j0 % nst : KS ? j0 : 0, ip = split ? j0 / nst : ufirst, ii = 0;
   const uint8_t* iw = wbase();
   int ilast = 0;  // last row of the unit that exists, counted from its first
-  const uint8_t* irow = iw;  // the row the lane copies: EXP (RAG, MT = 8) and the MT = 2 form (not ONE)
+  const uint8_t* irow = iw;  // the row the lane copies: the MT = 2 form (not ONE), BULK MR's lanes
   int irm = 0;  // MR, the MT = 2 form: that row's start past the unit's 16-byte alignment
+  // EXP (RAG, MT = 8): the rows the lane copies, in bytes from the unit's first (at most 15 rows of a ragged row: 32
+  // bits): slots 2i + lane / 16 (i < 8), then slot lane / 2 (the pieces from 16 on)
+  int roff[RAG && MT == 8 ? 9 : 1];
   const auto start_unit = [&]() {
     iw = rows_of(ip);
     ilast = min(RU - 1, N - 1 - RU * (MOE ? ip % hN : ip));  // dense: ip < units = hN
-    if constexpr (RAG && MT == 8) irow = iw + (int64_t)slot_row(lane >> 1, ilast) * a.row_bytes;
-    else if constexpr (BULK && MR) irow = iw + (int64_t)min(lane, ilast) * a.row_bytes;  // lanes < RPU: a row each
+    if constexpr (RAG && MT == 8) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) roff[i] = slot_row(2 * i + (lane >> 4), ilast) * (int)a.row_bytes;
+      roff[8] = slot_row(lane >> 1, ilast) * (int)a.row_bytes;
+    } else if constexpr (BULK && MR) irow = iw + (int64_t)min(lane, ilast) * a.row_bytes;  // lanes < RPU: a row each
     else if constexpr (!RAG && MT == 2 && !ONE) irow = iw + (int64_t)min(lane >> 3, ilast) * a.row_bytes;
     if constexpr (MR && MT == 2 && !ONE) irm = (int)(((int64_t)min(lane >> 3, ilast) * a.row_bytes) & 15);
   };
@@ -402,18 +408,23 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
         for (int q = 0; q < (FSB / 16 + 1) / 2; ++q) {
           if (2 * q + h < (m + IB + 15) >> 4) cp16_part(dj + 32 * q, p0, 16 * h + 32 * q, v - 32 * q, wend);
         }
-      } else if constexpr (RAG && MT == 8) {  // as below, 16 rows in slot_row's order, a stage one chunk: lanes
-                                       // 2j, 2j + 1 copy slot j's even and odd pieces, so each lane's row
-                                       // (irow) is set once a unit and its pieces are fixed offsets
-        const uintptr_t a0 = (uintptr_t)(irow + b0);
-        const int m = (int)(a0 & 15), h = lane & 1;
-        const int v = m + (int)min((int64_t)L::CB, a.row_bytes - b0) - 16 * h;  // row bytes from piece h on
-        const uint8_t* p0 = reinterpret_cast<const uint8_t*>(a0 - m);
-        uint8_t* dj = d + (lane >> 1) * RS + 16 * h;
+      } else if constexpr (RAG && MT == 8) {  // 16 rows in slot_row's order, a stage one chunk, each slot from the
+                                       // 16-byte boundary below its row's stage: its pieces 0..15 by 16 lanes (two
+                                       // slots a copy instruction, 256 contiguous bytes each), those from 16 on by
+                                       // lane pairs as before (v142: lane pairs a slot for all of them landed 16
+                                       // runs of 32 bytes a copy, ~24 shared wavefronts each by ncu; NOTES.md)
+        static_assert(NPF >= 16, "a slot holds the 16 pieces its lanes copy");
+        const int nb = (int)min((int64_t)L::CB, a.row_bytes - b0);  // the row's bytes in the stage
+        const auto piece = [&](int ro, int slot, int pc) {  // piece pc of the slot whose row is ro past iw
+          const uintptr_t a0 = (uintptr_t)(iw + ro + b0);
+          const int m = (int)(a0 & 15);
+          if (pc < (m + L::CB + 15) >> 4)
+            cp16_part(d + slot * RS + 16 * pc, reinterpret_cast<const uint8_t*>(a0 - m), 16 * pc, m + nb - 16 * pc, wend);
+        };
 #pragma unroll
-        for (int k = 0; k < (NPF + 1) / 2; ++k) {
-          if (2 * k + h < (m + L::CB + 15) >> 4) cp16_part(dj + 32 * k, p0, 16 * h + 32 * k, v - 32 * k, wend);
-        }
+        for (int i = 0; i < 8; ++i) piece(roff[i], 2 * i + (lane >> 4), lane & 15);
+#pragma unroll
+        for (int k = 0; k < (NPF - 16 + 1) / 2; ++k) piece(roff[8], lane >> 1, 16 + 2 * k + (lane & 1));
       } else if constexpr (RAG) {  // each row from the 16-byte boundary below its stage, up to the row's end;
                                    // a missing second row reads the row before (N >= 2): same alignment as an odd row
         const uintptr_t a0 = (uintptr_t)(iw + b0), a1 = a0 + (ilast > 0 ? a.row_bytes : -a.row_bytes);
