@@ -6,7 +6,8 @@
 # NO_LLAMA=1 skips llama.cpp; QUICK=1 runs a short bench; REUSE_BUILD=1 keeps a build already in
 # /tmp/kb (one made earlier in the same call); NO_TESTS=1 skips the GPU tests and the probe check (a
 # table-only call on kernels whose suite already ran, e.g. under device_sanitize.sh); TEST_SLICE=FROM:TO runs only
-# those tests of the GPU suite's collection (1-based, e.g. 1:700, then 701: in a second call). BENCH_ARGS: bench_matmul.py's
+# those tests of the GPU suite's collection (1-based, e.g. 1:700, then 701: in a second call); TEST_SHARDS=N runs
+# them in N pytest processes side by side (benchmarks/pytest_shards.sh; not yet run on a GPU). BENCH_ARGS: bench_matmul.py's
 # case arguments for ours and llama.cpp's alike (default: the table of record's), e.g. "--no-moe --shapes 8192x1024".
 # `bash benchmarks/device_run.sh --start-llama` only starts llama.cpp's build in the background and returns, so a
 # call can time other things (device_ab.sh) during its ~400 s; a later device_run.sh in the same call, or on the
@@ -30,21 +31,18 @@ fi
 export GGUF_QUANT_KERNELS=/tmp/kb
 if [ -z "$NO_TESTS" ]; then
   SUITE="tests/test_kernels.py tests/test_kernels_quantize_gpu.py tests/test_gpu_models.py"
-  if [ -n "$TEST_SLICE" ]; then
+  if [ -n "$TEST_SLICE$TEST_SHARDS" ]; then
     # TEST_SLICE=FROM:TO (1-based; TO empty: to the end): only those tests of the suite's collection, since the whole
-    # suite outlasts the 400 s below after a build (session 90: 1203 of 1391 tests)
-    TO=${TEST_SLICE#*:}
+    # suite outlasts the 400 s below after a build (session 90: 1203 of 1391 tests); shards take the ids one by one
+    SL=${TEST_SLICE:-1:} TO=${SL#*:}
     python3 -m pytest --collect-only -q -p no:cacheprovider $SUITE 2>/dev/null | grep :: \
-      | sed -n "${TEST_SLICE%%:*},${TO:-\$}p" > /tmp/test_ids.txt
-    el "tests $TEST_SLICE: $(wc -l < /tmp/test_ids.txt) of the collection"
+      | sed -n "${SL%%:*},${TO:-\$}p" > /tmp/test_ids.txt
+    el "tests $SL: $(wc -l < /tmp/test_ids.txt) of the collection"
   else
     printf '%s\n' $SUITE > /tmp/test_ids.txt
   fi
-  timeout 400 python3 -c 'import sys, pytest
-ids = [line for line in open("/tmp/test_ids.txt").read().splitlines() if line]  # ids may hold spaces
-sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "--maxfail=20"] + ids))' 2>&1 | tee "$OUTD/test.log" | tail -25
-  RC=${PIPESTATUS[0]}
-  [ "$RC" = 124 ] && el "pytest cut off at 400 s: see test.log for how far it got (TEST_SLICE runs the rest)"
+  bash benchmarks/pytest_shards.sh /tmp/test_ids.txt "${TEST_SHARDS:-1}" 400 "$OUTD/test.log" | tail -45
+  [ -z "$TEST_SHARDS" ] && tail -25 "$OUTD/test.log"
   timeout 120 python3 kernels-src/gguf_kernels/tests/fast_gpu_check.py 2>&1 | tee "$OUTD/fast_check.log" | tail -3
   el "tests done"
 fi
