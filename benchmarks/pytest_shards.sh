@@ -4,8 +4,9 @@
 # seconds. Their logs go to LOG one after another; printed: the failures and each shard's last line. Exit 1 where a
 # shard failed or was cut off.
 #   bash benchmarks/pytest_shards.sh IDS SHARDS LIMIT LOG
-# Why: the GPU suite spends most of its time on the CPU (gguf-py's dequantizers, the knob tests' child processes),
-# so one process ran 1203 of its 1391 tests in 400 s (session 90) on a 16-core machine with one GPU.
+# Why: one process ran 1203 of the GPU suite's 1391 tests in 400 s (session 90) on a 16-core machine with one GPU;
+# much of a test's time is CPU work (gguf-py's dequantizers, the knob tests' child processes), which shards run side
+# by side (the gain is not yet measured).
 set -o pipefail
 ids=$1 n=${2:-1} limit=${3:-400} log=$4
 [ -n "$log" ] || { echo "usage: $0 IDS SHARDS LIMIT LOG" >&2; exit 2; }
