@@ -1,7 +1,7 @@
 #!/bin/bash
 # The pytest ids listed in IDS (one a line: a test id or a file) run in SHARDS pytest processes side by side, dealt
 # round-robin (neighbouring cases of one test, alike in cost, land in different shards), each cut off at LIMIT
-# seconds. Their logs go to LOG one after another; printed: the failures and each shard's last line. Exit 1 where a
+# seconds. Their logs go to LOG one after another; printed: the failures and each shard's summary line. Exit 1 where a
 # shard failed or was cut off.
 #   bash benchmarks/pytest_shards.sh IDS SHARDS LIMIT LOG
 # Why: one process ran 1203 of the GPU suite's 1391 tests in 400 s (session 90) on a 16-core machine with one GPU;
