@@ -42,7 +42,6 @@ if [ -z "$NO_TESTS" ]; then
     printf '%s\n' $SUITE > /tmp/test_ids.txt
   fi
   bash benchmarks/pytest_shards.sh /tmp/test_ids.txt "${TEST_SHARDS:-1}" 400 "$OUTD/test.log" | tail -45
-  [ -z "$TEST_SHARDS" ] && tail -25 "$OUTD/test.log"
   timeout 120 python3 kernels-src/gguf_kernels/tests/fast_gpu_check.py 2>&1 | tee "$OUTD/fast_check.log" | tail -3
   el "tests done"
 fi
