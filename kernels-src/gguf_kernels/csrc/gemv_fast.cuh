@@ -773,9 +773,13 @@ template <int T, bool RAG = false, bool BR = false> struct FlatLane {
     return flat_half<T, RAG, BR>() ? (size_t)(j >> 1) * stride + (size_t)(j & 1) * (FT<T>::CE / FT<T>::GS / 2) * gr
                                : (size_t)j * stride;
   }
-  // RAG: the unit row and item of A row a (< 16) of stage s
-  static GQ_HD void slot(int s, int a, int n, int& row, int& item) {
-    const int f = 8 * s + (a < 8 ? a : (a - 8) ^ 4), p = f / n;
+  // RAG: what slot() multiplies by for f / n, ceil(2^16 / n). Exact there: f < 8 x the unit's stages <= 120 and n <=
+  // 120 (flat_rag_fits), so f x (rcp x n - 2^16) < 2^16 (v143: the copy takes 9 slots a lane a stage, not 1, and a
+  // generic division is ~20 instructions)
+  static GQ_HD uint32_t slot_rcp(int n) { return (65536u + (uint32_t)n - 1) / (uint32_t)n; }
+  // RAG: the unit row and item of A row a (< 16) of stage s; rcp = slot_rcp(n)
+  static GQ_HD void slot(int s, int a, int n, uint32_t rcp, int& row, int& item) {
+    const int f = 8 * s + (a < 8 ? a : (a - 8) ^ 4), p = (int)(((uint32_t)f * rcp) >> 16);
     row = 2 * p + (a >= 8);
     item = f - p * n;
   }

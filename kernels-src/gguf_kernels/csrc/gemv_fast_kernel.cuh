@@ -38,6 +38,16 @@ __device__ __forceinline__ void cp16_part(void* smem, const uint8_t* row, int of
     copy16_bytes(static_cast<uint8_t*>(smem), row + off, n);
   }
 }
+// Piece pc of a ragged slot: the slot's source src (any alignment) spans `span` bytes, nb (<= span) of them in the
+// row; its pieces run from the 16-byte boundary below src, the bytes past the row's as zeros, and a piece past the
+// span is not copied (gemv_stream_kernel's ragged MT = 8 and flat forms, v142 and v143).
+__device__ __forceinline__ void cp16_slot_piece(uint8_t* slot, const uint8_t* src, int span, int nb, int pc,
+                                                uintptr_t end) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(src);
+  const int m = (int)(a & 15);
+  if (pc < (m + span + 15) >> 4)
+    cp16_part(slot + 16 * pc, reinterpret_cast<const uint8_t*>(a - m), 16 * pc, m + nb - 16 * pc, end);
+}
 __device__ __forceinline__ void wait_stages(int S) {  // S - 2 groups may stay in flight
   if (S >= 4) cp_async_wait<2>();
   else if (S == 3) cp_async_wait<1>();

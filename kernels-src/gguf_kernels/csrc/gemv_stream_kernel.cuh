@@ -212,6 +212,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   const int N = a.N, K = GZ && (int)blockIdx.x % a.gz >= a.kx ? a.K - L::CE : a.K, S = a.S;
   const int nch = R::chunks(K);
   const int fn = FLAT ? flat_row_items<T, RAG, BR>(K) : 0;  // FLAT: items a row
+  const uint32_t frcp = FLAT && RAG ? FL::slot_rcp(fn) : 0;  // FLAT && RAG: FL::slot's f / fn as a multiply
   const int nst = stream_unit_stages<T, MOE, MT, RAG, ONE, BR>(K);
   const int RU = stream_unit_rows<T, MOE, MT, RAG, ONE, BR>(K);  // rows a unit
   const size_t RB = stream_rec_stride<T, MT>(GZ ? a.K : K);  // one x row's records
@@ -396,17 +397,24 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       const uint8_t* s0 = iw + (b0 - mis);
       uint8_t* d = buf + st * STAGE;
       if constexpr (FLAT && RAG) {  // A row j's (row, item) from the 16-byte boundary below it, up to the
-                                    // row's end (zeros past it): lanes 2j, 2j + 1 its even and odd pieces
-        int r, k;
-        FL::slot(is, lane >> 1, fn, r, k);
-        const uintptr_t a0 = (uintptr_t)(iw + (int64_t)r * a.row_bytes + k * IB);
-        const int m = (int)(a0 & 15), h = lane & 1;
-        const int v = m + (int)min((int64_t)IB, a.row_bytes - k * IB) - 16 * h;  // row bytes from piece h on
-        const uint8_t* p0 = reinterpret_cast<const uint8_t*>(a0 - m);
-        uint8_t* dj = d + (lane >> 1) * FSB + 16 * h;
+                                    // row's end (zeros past it)
+        const auto copy_slot = [&](int j, int pc0, int npc) {  // A row j's pieces pc0, pc0 + 2, .. (npc of them)
+          int r, k;
+          FL::slot(is, j, fn, frcp, r, k);
+          const uint8_t* src = iw + (int64_t)r * a.row_bytes + k * IB;
+          const int nb = (int)min((int64_t)IB, a.row_bytes - k * IB);  // the item's bytes
 #pragma unroll
-        for (int q = 0; q < (FSB / 16 + 1) / 2; ++q) {
-          if (2 * q + h < (m + IB + 15) >> 4) cp16_part(dj + 32 * q, p0, 16 * h + 32 * q, v - 32 * q, wend);
+          for (int q = 0; q < npc; ++q) cp16_slot_piece(d + j * FSB, src, IB, nb, pc0 + 2 * q, wend);
+        };
+        constexpr int NPS = FSB / 16;  // pieces a slot
+        if constexpr (NPS >= 16) {  // v143 (MXFP4's 288-byte slots), as v142's MT = 8 copy: pieces 0..15 of slots
+                                    // 2i, 2i + 1 by 16 lanes each (256 contiguous bytes), those from 16 on by lane
+                                    // pairs
+#pragma unroll
+          for (int i = 0; i < 8; ++i) copy_slot(2 * i + (lane >> 4), lane & 15, 1);
+          copy_slot(lane >> 1, 16 + (lane & 1), (NPS - 16 + 1) / 2);
+        } else {  // IQ4_XS's 160-byte slots: lanes 2j, 2j + 1 slot j's even and odd pieces
+          copy_slot(lane >> 1, lane & 1, (NPS + 1) / 2);
         }
       } else if constexpr (RAG && MT == 8) {  // 16 rows in slot_row's order, a stage one chunk, each slot from the
                                        // 16-byte boundary below its row's stage: its pieces 0..15 by 16 lanes (two
@@ -416,10 +424,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
         static_assert(NPF >= 16, "a slot holds the 16 pieces its lanes copy");
         const int nb = (int)min((int64_t)L::CB, a.row_bytes - b0);  // the row's bytes in the stage
         const auto piece = [&](int ro, int slot, int pc) {  // piece pc of the slot whose row is ro past iw
-          const uintptr_t a0 = (uintptr_t)(iw + ro + b0);
-          const int m = (int)(a0 & 15);
-          if (pc < (m + L::CB + 15) >> 4)
-            cp16_part(d + slot * RS + 16 * pc, reinterpret_cast<const uint8_t*>(a0 - m), 16 * pc, m + nb - 16 * pc, wend);
+          cp16_slot_piece(d + slot * RS, iw + ro + b0, L::CB, nb, pc, wend);
         };
 #pragma unroll
         for (int i = 0; i < 8; ++i) piece(roff[i], 2 * i + (lane >> 4), lane & 15);
@@ -758,8 +763,8 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
     const uint8_t* rg8 = rg + (sl8 - sl) * RS + (MR ? ((mis + dr8) & 15) - ((mis + dr) & 15) : 0);
     if constexpr (FLAT && RAG) {  // A rows g, g + 8 at their items' own offsets
       int r, k, r8, k8;
-      FL::slot(s, g, fn, r, k);
-      FL::slot(s, g + 8, fn, r8, k8);
+      FL::slot(s, g, fn, frcp, r, k);
+      FL::slot(s, g + 8, fn, frcp, r8, k8);
       rg = buf + cur * STAGE + g * FSB + (((uintptr_t)wrow + (int64_t)r * a.row_bytes + k * IB) & 15);
       rg8 = buf + cur * STAGE + (g + 8) * FSB + (((uintptr_t)wrow + (int64_t)r8 * a.row_bytes + k8 * IB) & 15);
     } else if constexpr (FLAT) {  // items g, g + 8 (MIS: 2g, 2g + 1)

@@ -638,7 +638,7 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
         std::memset(st, 0xFF, (size_t)16 * FSB);
         for (int a = 0; a < 16; ++a) {
           int r, k;
-          FL::slot(s, a, n, r, k);
+          FL::slot(s, a, n, FL::slot_rcp(n), r, k);
           const int64_t start = (int64_t)(row0 + r) * rb + (int64_t)k * IB;
           const int64_t nb = std::min<int64_t>(IB, rb - (int64_t)k * IB);
           mis[a] = (int)(start & 15);
