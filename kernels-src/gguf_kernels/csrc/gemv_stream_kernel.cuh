@@ -14,7 +14,10 @@ namespace fast {
 template <int T, int MT, bool RAG>
 GQ_HD constexpr int stream_rs() {
   constexpr int B = (8 / MT) * FT<T>::CB;
-  return RAG ? (B + 15 + 15) / 16 * 16 : FT<T>::MIS ? (B + 12 + 15) / 16 * 16 : B;
+  // RAG && MT == 8 (v144): an odd number of 16-byte pieces, so that the 16 slots' rows do not fall on the same
+  // banks four slots apart (a pitch of 288 bytes is 8 banks: the scale bytes' LDS took 2 wavefronts, ncu 29% of the
+  // shared load wavefronts conflicted at gpt-oss T = 8)
+  return RAG ? ((B + 15 + 15) / 16 | (MT == 8 ? 1 : 0)) * 16 : FT<T>::MIS ? (B + 12 + 15) / 16 * 16 : B;
 }
 // The stage copies by tensor map (NOTES.md v70-v72): one box a stage, the unit's 2 MT rows by stream_rs bytes,
 // in elements of 4 bytes where a row's stage is at most 256 of them (the box's limit a dimension), else 8
@@ -424,12 +427,16 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
         static_assert(NPF >= 16, "a slot holds the 16 pieces its lanes copy");
         const int nb = (int)min((int64_t)L::CB, a.row_bytes - b0);  // the row's bytes in the stage
         const auto piece = [&](int ro, int slot, int pc) {  // piece pc of the slot whose row is ro past iw
-          cp16_slot_piece(d + slot * RS, iw + ro + b0, L::CB, nb, pc, wend);
+          // v145: the slot's pieces 16 bytes on where that keeps each piece at its source's address mod 32 (the
+          // slot's spare piece, v144), so that a copy's 32-byte sectors land whole; the consumer's rg finds it so
+          const uint8_t* sr = iw + ro + b0;
+          uint8_t* sd = d + slot * RS;
+          cp16_slot_piece(sd + (((uint32_t)(uintptr_t)sr - (uint32_t)(uintptr_t)sd) & 16), sr, L::CB, nb, pc, wend);
         };
 #pragma unroll
         for (int i = 0; i < 8; ++i) piece(roff[i], 2 * i + (lane >> 4), lane & 15);
 #pragma unroll
-        for (int k = 0; k < (NPF - 16 + 1) / 2; ++k) piece(roff[8], lane >> 1, 16 + 2 * k + (lane & 1));
+        for (int k = 0; k < ((L::CB + 30) / 16 - 16 + 1) / 2; ++k) piece(roff[8], lane >> 1, 16 + 2 * k + (lane & 1));
       } else if constexpr (RAG) {  // each row from the 16-byte boundary below its stage, up to the row's end;
                                    // a missing second row reads the row before (N >= 2): same alignment as an odd row
         const uintptr_t a0 = (uintptr_t)(iw + b0), a1 = a0 + (ilast > 0 ? a.row_bytes : -a.row_bytes);
@@ -775,8 +782,9 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
     const int ch8 = ONE1 ? c0 + (live8 ? kap ^ 2 : 0) : ch;
     if constexpr (ONE1) rg8 = buf + cur * STAGE + (rho + 1) * RS + mis + (ch8 - c0) * L::CB;
     if constexpr (RAG && MT == 8) {  // rows at their own offsets, in slot_row's order
-      rg = buf + cur * STAGE + g * RS + (((uintptr_t)wa + c0 * L::CB) & 15);
-      rg8 = buf + cur * STAGE + (g + 8) * RS + (((uintptr_t)wb + c0 * L::CB) & 15);
+      const uint8_t *sa = buf + cur * STAGE + g * RS, *sb = sa + 8 * RS;  // v145: the copy's 16-byte shift
+      rg = sa + (((uint32_t)((uintptr_t)wa + c0 * L::CB) - (uint32_t)(uintptr_t)sa) & 31);
+      rg8 = sb + (((uint32_t)((uintptr_t)wb + c0 * L::CB) - (uint32_t)(uintptr_t)sb) & 31);
     } else if constexpr (RAG && !FLAT) {  // rows at their own offsets
       const uintptr_t a0 = (uintptr_t)wrow + c0 * L::CB, a1 = a0 + (row0 + 1 < N ? a.row_bytes : -a.row_bytes);
       rg = buf + cur * STAGE + (a0 & 15) + (ch - c0) * L::CB;
