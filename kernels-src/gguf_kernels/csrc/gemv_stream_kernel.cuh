@@ -425,6 +425,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
                                        // lane pairs as before (v142: lane pairs a slot for all of them landed 16
                                        // runs of 32 bytes a copy, ~24 shared wavefronts each by ncu; NOTES.md)
         static_assert(NPF >= 16, "a slot holds the 16 pieces its lanes copy");
+        static_assert(NPF > (L::CB + 30) / 16, "v145's 16-byte shift takes a spare piece a slot");
         const int nb = (int)min((int64_t)L::CB, a.row_bytes - b0);  // the row's bytes in the stage
         const auto piece = [&](int ro, int slot, int pc) {  // piece pc of the slot whose row is ro past iw
           // v145: the slot's pieces 16 bytes on where that keeps each piece at its source's address mod 32 (the
