@@ -200,6 +200,10 @@ def make_plan(types: list[str], ms: list[int], quick: bool, moe: bool,
     plan = []
     for name in types:
         if shapes:
+            bs = GGML_QUANT_SIZES[GGMLQuantizationType[name]][0]
+            for K, N in shapes:
+                if K % bs:
+                    raise SystemExit(f"--shapes {K}x{N}: K = {K} is not a multiple of {name}'s {bs}-element blocks")
             plan += [("dense", name, K, N, list(ms), None) for K, N in shapes]
             continue
         for K, N in DENSE_SHAPES:
