@@ -6,7 +6,7 @@
 #   bash benchmarks/pytest_shards.sh IDS SHARDS LIMIT LOG
 # Why: one process ran 1203 of the GPU suite's 1391 tests in 400 s (session 90) on a 16-core machine with one GPU;
 # much of a test's time is CPU work (gguf-py's dequantizers, the knob tests' child processes), which shards run side
-# by side (the gain is not yet measured).
+# by side (session 94, H100: all 1396 ids in 4 shards in 297 s, the slowest shard 252 s).
 set -o pipefail
 ids=$1 n=${2:-1} limit=${3:-400} log=$4
 [ -n "$log" ] || { echo "usage: $0 IDS SHARDS LIMIT LOG" >&2; exit 2; }

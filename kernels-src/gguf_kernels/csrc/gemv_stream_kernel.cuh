@@ -424,8 +424,9 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
                                        // slots a copy instruction, 256 contiguous bytes each), those from 16 on by
                                        // lane pairs as before (v142: lane pairs a slot for all of them landed 16
                                        // runs of 32 bytes a copy, ~24 shared wavefronts each by ncu; NOTES.md)
-        static_assert(NPF >= 16, "a slot holds the 16 pieces its lanes copy");
-        static_assert(NPF > (L::CB + 30) / 16, "v145's 16-byte shift takes a spare piece a slot");
+        constexpr int NPR = (L::CB + 30) / 16;  // pieces a row's stage spans from the 16-byte boundary below it
+        static_assert(NPR >= 16, "a slot holds the 16 pieces its lanes copy");
+        static_assert(NPF > NPR, "v145's 16-byte shift takes a spare piece a slot");
         const int nb = (int)min((int64_t)L::CB, a.row_bytes - b0);  // the row's bytes in the stage
         const auto piece = [&](int ro, int slot, int pc) {  // piece pc of the slot whose row is ro past iw
           // v145: the slot's pieces 16 bytes on where that keeps each piece at its source's address mod 32 (the
@@ -437,7 +438,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
 #pragma unroll
         for (int i = 0; i < 8; ++i) piece(roff[i], 2 * i + (lane >> 4), lane & 15);
 #pragma unroll
-        for (int k = 0; k < ((L::CB + 30) / 16 - 16 + 1) / 2; ++k) piece(roff[8], lane >> 1, 16 + 2 * k + (lane & 1));
+        for (int k = 0; k < (NPR - 16 + 1) / 2; ++k) piece(roff[8], lane >> 1, 16 + 2 * k + (lane & 1));
       } else if constexpr (RAG) {  // each row from the 16-byte boundary below its stage, up to the row's end;
                                    // a missing second row reads the row before (N >= 2): same alignment as an odd row
         const uintptr_t a0 = (uintptr_t)(iw + b0), a1 = a0 + (ilast > 0 ? a.row_bytes : -a.row_bytes);
@@ -784,6 +785,7 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
     if constexpr (ONE1) rg8 = buf + cur * STAGE + (rho + 1) * RS + mis + (ch8 - c0) * L::CB;
     if constexpr (RAG && MT == 8) {  // rows at their own offsets, in slot_row's order
       const uint8_t *sa = buf + cur * STAGE + g * RS, *sb = sa + 8 * RS;  // v145: the copy's 16-byte shift
+      // (the copy's slot + 16-byte shift, then the row's offset past its 16-byte boundary: one AND of 31)
       rg = sa + (((uint32_t)((uintptr_t)wa + c0 * L::CB) - (uint32_t)(uintptr_t)sa) & 31);
       rg8 = sb + (((uint32_t)((uintptr_t)wb + c0 * L::CB) - (uint32_t)(uintptr_t)sb) & 31);
     } else if constexpr (RAG && !FLAT) {  // rows at their own offsets
