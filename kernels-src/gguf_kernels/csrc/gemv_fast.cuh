@@ -750,10 +750,11 @@ GQ_HD constexpr size_t ks_meet_bytes(int Z) { return (size_t)(Z - 1) * kKsSums *
 template <int T, bool RAG = false, bool BR = false> struct FlatLane {
   int item, k, elem;
   bool kept, hi;
-  GQ_HD FlatLane(int s, int g, int c, int n) {
+  // RAG: rcp = slot_rcp(n), f / n as slot() takes it (v146: a generic division is ~20 instructions a stage)
+  GQ_HD FlatLane(int s, int g, int c, int n, uint32_t rcp) {
     if constexpr (RAG) {
       hi = (c >> 1) != (g >> 2);
-      const int f = 8 * s + (hi ? g ^ 4 : g), p = f / n;
+      const int f = 8 * s + (hi ? g ^ 4 : g), p = (int)(((uint32_t)f * rcp) >> 16);
       k = f - p * n;
       item = (2 * p + hi) * n + k;
       elem = 2 * hi + (g & 1);
@@ -766,7 +767,14 @@ template <int T, bool RAG = false, bool BR = false> struct FlatLane {
       hi = (c & 2) != 0;
     }
   }
-  static GQ_HD int col(int s, int g, int n) { return RAG ? (8 * s + g) % n : (g & 3) % n; }
+  static GQ_HD int col(int s, int g, int n, uint32_t rcp) {  // RAG: rcp = slot_rcp(n)
+    if constexpr (RAG) {
+      const int f = 8 * s + g;
+      return f - (int)(((uint32_t)f * rcp) >> 16) * n;
+    } else {
+      return (g & 3) % n;
+    }
+  }
   // x item j's records from the start of a row's (StreamRecs): `stride` a chunk's, `gr` a group's (flat_half:
   // an item is half a chunk)
   static GQ_HD size_t rec(int j, size_t stride, int gr) {

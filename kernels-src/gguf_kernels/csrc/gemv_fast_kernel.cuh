@@ -38,6 +38,11 @@ __device__ __forceinline__ void cp16_part(void* smem, const uint8_t* row, int of
     copy16_bytes(static_cast<uint8_t*>(smem), row + off, n);
   }
 }
+// The 16-byte piece at src holding n bytes of a row (any n): zero-filled past them, all zeros for n <= 0, with no
+// branch (v146): src must lie inside the weights even then, as memcheck counts a zero-filling copy as a 16-byte read
+__device__ __forceinline__ void cp16_clamped(void* smem, const uint8_t* src, int n) {
+  cp_async16z(smem, src, min(max(n, 0), 16));
+}
 // Piece pc of a ragged slot: the slot's source src (any alignment) spans `span` bytes, nb (<= span) of them in the
 // row; its pieces run from the 16-byte boundary below src, the bytes past the row's as zeros, and a piece past the
 // span is not copied (gemv_stream_kernel's ragged MT = 8 and flat forms, v142 and v143).

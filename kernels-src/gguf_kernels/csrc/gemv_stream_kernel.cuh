@@ -145,6 +145,36 @@ constexpr int stream_reg_cap() {
   return RAG || MT == 8 || (MOE && MT == 2) || ((MT == 2 || MT == 4) && (T == MXFP4 || T == IQ4_XS || T == Q6_K)) ? 128
                                                                                                                 : 96;
 }
+// The ragged flat items' slots a lane copies a stage, copy_slot(j, pc0, npc) taking A row j's pieces pc0, pc0 + 2,
+// .. (npc of them). v143: MXFP4's 288-byte slots (16 pieces or more) as v142's MT = 8 copy, pieces 0..15 of slots 2i,
+// 2i + 1 by 16 lanes each (256 contiguous bytes), those from 16 on by lane pairs; IQ4_XS's 160-byte slots lanes 2j,
+// 2j + 1 slot j's even and odd pieces
+template <int FSB, class F>
+__device__ __forceinline__ void flat_rag_slots(int lane, const F& copy_slot) {
+  constexpr int NPS = FSB / 16;  // pieces a slot
+  if constexpr (NPS >= 16) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) copy_slot(2 * i + (lane >> 4), lane & 15, 1);
+    copy_slot(lane >> 1, 16 + (lane & 1), (NPS - 16 + 1) / 2);
+  } else {
+    copy_slot(lane >> 1, lane & 1, (NPS + 1) / 2);
+  }
+}
+// The copy of a ragged flat unit's stage whose pieces may reach past the weights' end `wend` (v146): each piece
+// through cp16_slot_piece, which copies those byte by byte. Out of line, so that the stage loop's own copy stays
+// branch-free
+template <class FL, int IB, int FSB>
+__device__ __noinline__ void flat_rag_copy_near(uint8_t* d, const uint8_t* iw, int is, int lane, int fn, uint32_t frcp,
+                                                int64_t row_bytes, uintptr_t wend) {
+  flat_rag_slots<FSB>(lane, [&](int j, int pc0, int npc) {
+    int r, k;
+    FL::slot(is, j, fn, frcp, r, k);
+    const uint8_t* src = iw + (int64_t)r * row_bytes + k * IB;
+    const int nb = (int)min((int64_t)IB, row_bytes - k * IB);  // the item's bytes
+#pragma unroll
+    for (int q = 0; q < npc; ++q) cp16_slot_piece(d + j * FSB, src, IB, nb, pc0 + 2 * q, wend);
+  });
+}
 template <int T, typename XT, bool MOE, int MT, bool RAG, bool ONE = false, bool KS = false, bool GZ = false,
           bool GU = false, bool MR = false>
 __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
@@ -369,9 +399,15 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
   // EXP (RAG, MT = 8): the rows the lane copies, in bytes from the unit's first (at most 15 rows of a ragged row: 32
   // bits): slots 2i + lane / 16 (i < 8), then slot lane / 2 (the pieces from 16 on)
   int roff[RAG && MT == 8 ? 9 : 1];
+  // RAG, FLAT or MT = 8: whether a piece of the unit's stages may reach past the weights' end (a piece's source ends
+  // at most (RU - 1) row_bytes + a stage's offset (< row_bytes) + the span (IB or CB) + 31 past iw): then v143's copy
+  // (v146, v147)
+  bool inear = false;
   const auto start_unit = [&]() {
     iw = rows_of(ip);
     ilast = min(RU - 1, N - 1 - RU * (MOE ? ip % hN : ip));  // dense: ip < units = hN
+    if constexpr (RAG && (FLAT || MT == 8))
+      inear = wend - reinterpret_cast<uintptr_t>(iw) < (uintptr_t)(RU * a.row_bytes + (FLAT ? IB : L::CB) + 32);
     if constexpr (RAG && MT == 8) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) roff[i] = slot_row(2 * i + (lane >> 4), ilast) * (int)a.row_bytes;
@@ -401,24 +437,27 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       uint8_t* d = buf + st * STAGE;
       if constexpr (FLAT && RAG) {  // A row j's (row, item) from the 16-byte boundary below it, up to the
                                     // row's end (zeros past it)
-        const auto copy_slot = [&](int j, int pc0, int npc) {  // A row j's pieces pc0, pc0 + 2, .. (npc of them)
+        // v146: offsets from iw in 32 bits (a unit's rows), and each piece one zero-filling cp.async of its bytes of
+        // the row (0..16; none: zeros, from a source inside the weights) with no branch, where no piece of the unit
+        // reaches past the weights' end (else flat_rag_copy_near: v143's copy, out of line)
+        const int rb = (int)a.row_bytes, iwm = (int)(reinterpret_cast<uintptr_t>(iw) & 15);
+        const uint8_t* iw0 = iw - iwm;  // the 16-byte boundary below the unit
+        const auto copy_slot = [&](int j, int pc0, int npc) {
           int r, k;
           FL::slot(is, j, fn, frcp, r, k);
-          const uint8_t* src = iw + (int64_t)r * a.row_bytes + k * IB;
-          const int nb = (int)min((int64_t)IB, a.row_bytes - k * IB);  // the item's bytes
+          const int kb = k * IB, o = iwm + r * rb + kb;  // the item's first byte past iw0
+          const int m = o & 15, mnb = m + min(IB, rb - kb);  // m + the item's bytes
+          const uint8_t* base = iw0 + (uint32_t)(o & ~15);  // the 16-byte boundary below the item
 #pragma unroll
-          for (int q = 0; q < npc; ++q) cp16_slot_piece(d + j * FSB, src, IB, nb, pc0 + 2 * q, wend);
+          for (int q = 0; q < npc; ++q) {
+            const int pc = pc0 + 2 * q;
+            if (pc < (m + IB + 15) >> 4) cp16_clamped(d + j * FSB + 16 * pc, base + 16 * pc, mnb - 16 * pc);
+          }
         };
-        constexpr int NPS = FSB / 16;  // pieces a slot
-        if constexpr (NPS >= 16) {  // v143 (MXFP4's 288-byte slots), as v142's MT = 8 copy: pieces 0..15 of slots
-                                    // 2i, 2i + 1 by 16 lanes each (256 contiguous bytes), those from 16 on by lane
-                                    // pairs
-#pragma unroll
-          for (int i = 0; i < 8; ++i) copy_slot(2 * i + (lane >> 4), lane & 15, 1);
-          copy_slot(lane >> 1, 16 + (lane & 1), (NPS - 16 + 1) / 2);
-        } else {  // IQ4_XS's 160-byte slots: lanes 2j, 2j + 1 slot j's even and odd pieces
-          copy_slot(lane >> 1, lane & 1, (NPS + 1) / 2);
-        }
+        if (inear)
+          flat_rag_copy_near<FL, IB, FSB>(d, iw, is, lane, fn, frcp, a.row_bytes, wend);
+        else
+          flat_rag_slots<FSB>(lane, copy_slot);
       } else if constexpr (RAG && MT == 8) {  // 16 rows in slot_row's order, a stage one chunk, each slot from the
                                        // 16-byte boundary below its row's stage: its pieces 0..15 by 16 lanes (two
                                        // slots a copy instruction, 256 contiguous bytes each), those from 16 on by
@@ -428,17 +467,33 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
         static_assert(NPR >= 16, "a slot holds the 16 pieces its lanes copy");
         static_assert(NPF > NPR, "v145's 16-byte shift takes a spare piece a slot");
         const int nb = (int)min((int64_t)L::CB, a.row_bytes - b0);  // the row's bytes in the stage
-        const auto piece = [&](int ro, int slot, int pc) {  // piece pc of the slot whose row is ro past iw
-          // v145: the slot's pieces 16 bytes on where that keeps each piece at its source's address mod 32 (the
-          // slot's spare piece, v144), so that a copy's 32-byte sectors land whole; the consumer's rg finds it so
-          const uint8_t* sr = iw + ro + b0;
-          uint8_t* sd = d + slot * RS;
-          cp16_slot_piece(sd + (((uint32_t)(uintptr_t)sr - (uint32_t)(uintptr_t)sd) & 16), sr, L::CB, nb, pc, wend);
+        // v145: a slot's pieces 16 bytes on where that keeps each piece at its source's address mod 32 (the slot's
+        // spare piece, v144), so that a copy's 32-byte sectors land whole; the consumer's rg finds it so
+        const auto shifted = [&](uint8_t* sd, const uint8_t* sr) {
+          return sd + (((uint32_t)(uintptr_t)sr - (uint32_t)(uintptr_t)sd) & 16);
         };
+        const auto slots = [&](const auto& piece) {  // piece(ro, slot, pc): piece pc of the slot whose row is ro past iw
 #pragma unroll
-        for (int i = 0; i < 8; ++i) piece(roff[i], 2 * i + (lane >> 4), lane & 15);
+          for (int i = 0; i < 8; ++i) piece(roff[i], 2 * i + (lane >> 4), lane & 15);
 #pragma unroll
-        for (int k = 0; k < (NPR - 16 + 1) / 2; ++k) piece(roff[8], lane >> 1, 16 + 2 * k + (lane & 1));
+          for (int k = 0; k < (NPR - 16 + 1) / 2; ++k) piece(roff[8], lane >> 1, 16 + 2 * k + (lane & 1));
+        };
+        if (inear) {
+          slots([&](int ro, int slot, int pc) {
+            const uint8_t* sr = iw + ro + b0;
+            cp16_slot_piece(shifted(d + slot * RS, sr), sr, L::CB, nb, pc, wend);
+          });
+        } else {  // v147, as v146: offsets in 32 bits from the 16-byte boundary below the unit, each piece one
+                  // zero-filling cp.async of its bytes of the row (0..16) with no branch
+          const int iwm = (int)(reinterpret_cast<uintptr_t>(iw) & 15);
+          const uint8_t* iw0 = iw - iwm;
+          slots([&](int ro, int slot, int pc) {
+            const int o = iwm + ro + b0, m = o & 15;  // the row's stage past iw0
+            const uint8_t* base = iw0 + (uint32_t)(o & ~15);
+            if (pc < (m + L::CB + 15) >> 4)
+              cp16_clamped(shifted(d + slot * RS, base) + 16 * pc, base + 16 * pc, m + nb - 16 * pc);
+          });
+        }
       } else if constexpr (RAG) {  // each row from the 16-byte boundary below its stage, up to the row's end;
                                    // a missing second row reads the row before (N >= 2): same alignment as an odd row
         const uintptr_t a0 = (uintptr_t)(iw + b0), a1 = a0 + (ilast > 0 ? a.row_bytes : -a.row_bytes);
@@ -793,9 +848,9 @@ __global__ void __maxnreg__((stream_reg_cap<T, MOE, MT, RAG, ONE>()))
       rg = buf + cur * STAGE + (a0 & 15) + (ch - c0) * L::CB;
       rg8 = buf + cur * STAGE + RS + (a1 & 15) + (ch - c0) * L::CB;
     }
-    const FL fl(s, g, c, FLAT ? fn : 1);  // FLAT: the lane's roles
+    const FL fl(s, g, c, FLAT ? fn : 1, frcp);  // FLAT: the lane's roles
     const uint8_t* Bp = xrec + (MOE && !EXP ? 0 : rec_off(MT == 8 ? tb : rho)) +
-                        (FLAT ? FL::rec(FL::col(s, g, fn), R::bstride(), R::BREC) : (size_t)ch * R::bstride()) +
+                        (FLAT ? FL::rec(FL::col(s, g, fn, frcp), R::bstride(), R::BREC) : (size_t)ch * R::bstride()) +
                         c * (8 * STEPS);
     const uint8_t* Bo = Bp;  // ONE: column g of odd groups
     if constexpr (ONE && !FLAT) {  // column g holds chunk (g >> 1) ^ (g & 1) in even groups, that ^ 2 in odd ones

@@ -616,6 +616,7 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
           : n < 1 || n > 4 || K != n * (L::CE * IB / L::CB) || rb != (int64_t)n * IB || (BR && (T != IQ4_XS || rb % 16 == 0)))
     return 2;
   if (R % flat_rows(n)) return 2;
+  const uint32_t rcp = FL::slot_rcp(n);  // RAG: f / n as the kernel takes it
   const int RU = flat_rows(n), nst = flat_stages(n), nch = SR::chunks(K);
   std::vector<float> xp((size_t)nch * L::CE, 0.f);  // x padded with zeros to whole chunks, as load_x
   std::memcpy(xp.data(), x, sizeof(float) * K);
@@ -638,7 +639,7 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
         std::memset(st, 0xFF, (size_t)16 * FSB);
         for (int a = 0; a < 16; ++a) {
           int r, k;
-          FL::slot(s, a, n, FL::slot_rcp(n), r, k);
+          FL::slot(s, a, n, rcp, r, k);
           const int64_t start = (int64_t)(row0 + r) * rb + (int64_t)k * IB;
           const int64_t nb = std::min<int64_t>(IB, rb - (int64_t)k * IB);
           mis[a] = (int)(start & 15);
@@ -670,7 +671,7 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
       std::vector<int64_t> Dh((size_t)GPI * 32 * 4), Dl((size_t)GPI * 32 * 4);
       for (int q = 0; q < GPI; ++q) {
         const auto brec = [&](int g, int c) -> const uint8_t* {
-          return recs.data() + FL::rec(FL::col(s, g, n), SR::bstride(), BREC) + q * BREC + c * (8 * STEPS);
+          return recs.data() + FL::rec(FL::col(s, g, n, rcp), SR::bstride(), BREC) + q * BREC + c * (8 * STEPS);
         };
         if constexpr (fast_i8<T>()) {
           imma_group(&rcs[q], GPI, reinterpret_cast<int64_t(*)[4]>(&Dh[(size_t)q * 128]),
@@ -683,7 +684,7 @@ static int run_stream_flat(const uint8_t* w, int R, int64_t rb, int K, const flo
       }
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane >> 2, c = lane & 3;
-        const FL fl(s, g, c, n);
+        const FL fl(s, g, c, n, rcp);
         if (!fl.kept) continue;
         const uint8_t* myc = fl.hi ? rg8[lane] : rg[lane];
         float acc = 0.f;
