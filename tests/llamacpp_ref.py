@@ -16,14 +16,33 @@ PROMPTS = [
 ]
 
 
+def open_llama(path, **kwargs):
+    """llama_cpp.Llama on path with llama.cpp's plain CPU kernels: no extra buffer types (its AMX and repacked
+    weights). A build made with GGML_NATIVE on an AMX machine routes the matmuls to the AMX backend, which crashed
+    in decode on this project's Sapphire Rapids CI host (session 95; ggml-org/llama.cpp#20824, closed unfixed).
+    Llama() has no argument for it, so its model parameters' defaults are wrapped while it loads."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    low = llama_cpp.llama_cpp
+    defaults = low.llama_model_default_params
+
+    def plain():
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    low.llama_model_default_params = plain
+    try:
+        return llama_cpp.Llama(model_path=str(path), verbose=False, **kwargs)
+    finally:
+        low.llama_model_default_params = defaults
+
+
 class LlamaCppModel:
     """One GGUF file loaded in llama.cpp, answering teacher-forced logits for token ids."""
 
-    def __init__(self, path, n_ctx: int = 128):
-        llama_cpp = pytest.importorskip("llama_cpp")
-        self.llm = llama_cpp.Llama(
-            model_path=str(path), logits_all=True, n_ctx=n_ctx, n_batch=n_ctx, n_threads=2, verbose=False
-        )
+    def __init__(self, path, n_ctx: int = 128, n_threads: int = 2):
+        self.llm = open_llama(path, logits_all=True, n_ctx=n_ctx, n_batch=n_ctx, n_threads=n_threads,
+                              n_threads_batch=n_threads)
 
     def tokenize(self, text: str) -> list[int]:
         return self.llm.tokenize(text.encode(), add_bos=True)

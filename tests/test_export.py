@@ -59,10 +59,7 @@ class LlamaCpp(LlamaCppModel):
     """llama.cpp on one thread: the two cores are shared, and idle llama.cpp workers spin."""
 
     def __init__(self, path, n_ctx: int = 32):
-        llama_cpp = pytest.importorskip("llama_cpp")
-        self.llm = llama_cpp.Llama(
-            model_path=str(path), logits_all=True, n_ctx=n_ctx, n_batch=n_ctx, n_threads=1, n_threads_batch=1, verbose=False
-        )
+        super().__init__(path, n_ctx=n_ctx, n_threads=1)
 
 
 # --- llama.cpp's GGUF parser (ggml/include/gguf.h), the one its model loader uses ---------------
