@@ -2,7 +2,7 @@
 
     pip install nvidia-cuda-nvdisasm       # nvdisasm alone (PyPI), where the toolkit has none
     python benchmarks/sass_pipes.py kernels-src/gguf_kernels/csrc/fast_iq4_xs.cu \
-        --kernel 'gemv_stream_kernelILi23E13__nv_bfloat16' [--mix] [--src OTHER_TREE/csrc]
+        --kernel 'gemv_stream_kernelILi23E13__nv_bfloat16' [--mix] [--src OTHER_TREE/csrc] [--diff BASE_TREE/csrc]
 
 compiles the .cu as build_kernels.py does (its nvcc flags, sm_90a) into a cubin, or takes a .cubin,
 disassembles it, and prints for each kernel whose mangled name matches --kernel the instructions of its
@@ -11,6 +11,9 @@ ISETP, FSEL, ...: 64 lanes a cycle an SM on Hopper), FMA (FFMA, FMUL, FADD, IMAD
 ones at 128), CONV (I2F, F2I, I2FP, F2FP: 16), MMA, LDS and the rest; --mix adds the opcodes. A
 decode bound by issue shows as ALU well above FMA (NOTES.md v95: IQ4_XS 785 ALU to 251 FMA a stage
 of 32 mma at MT = 2, where MXFP4, at the same bits a weight and 1.3x its speed, has 564 to 376).
+--diff adds each kernel's stage loop in the same .cu from another csrc folder, or "same" where the whole kernel is
+the same code: an A/B's rows whose kernels are the same in both trees measure drift between builds, not the patch
+(session 95: the IQ4_XS MoE gate moved 1-2% between trees whose kernels for it were the same).
 """
 from __future__ import annotations
 
@@ -121,6 +124,24 @@ def stage_loop(body: list[tuple[str, str]]) -> list[str]:
     return ins[lo:hi + 1]
 
 
+def same_code(a: list[tuple[str, str]], b: list[tuple[str, str]]) -> bool:
+    """Whether two kernels' lines are the same code: nvdisasm numbers labels over the whole cubin, so a change in one
+    kernel renumbers the labels of those after it; each label is renamed here by its first appearance."""
+    def canon(body: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        names: dict[str, str] = {}
+        rename = lambda m: names.setdefault(m.group(0), f"L{len(names)}")  # noqa: E731
+        return [(kind, re.sub(r"\.L_x_\d+", rename, text)) for kind, text in body]
+    return canon(a) == canon(b)
+
+
+def disassemble(path: Path, arch: str) -> dict[str, list[tuple[str, str]]]:
+    """The kernels of a .cu (compiled with the build's flags) or a .cubin."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sass = subprocess.run([nvdisasm(), "-c", str(cubin(path, tmp, arch))], check=True,
+                              capture_output=True, text=True).stdout
+    return kernels(sass)
+
+
 def short_name(mangled: str) -> str:
     """The kernel's template as c++filt writes it, without namespaces and arguments (mangled without c++filt)."""
     if not shutil.which("c++filt"):
@@ -149,20 +170,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--src", type=Path, default=None, help="compile the .cu of this name from another csrc folder")
     p.add_argument("--arch", default="9.0a")
     p.add_argument("--mix", action="store_true", help="also print the loop's opcodes")
+    p.add_argument("--diff", type=Path, default=None, help="another csrc folder: its loop, or 'same' (the .cu only)")
     args = p.parse_args(argv)
     path = args.src / args.file.name if args.src else args.file
-    with tempfile.TemporaryDirectory() as tmp:
-        sass = subprocess.run([nvdisasm(), "-c", str(cubin(path, tmp, args.arch))], check=True,
-                              capture_output=True, text=True).stdout
+    mine = disassemble(path, args.arch)
+    base = disassemble(args.diff / args.file.name, args.arch) if args.diff else None
     cols = ("ALU", "FMA", "CONV", "MMA", "LDS", "other")
-    print(f"| kernel | loop | {' | '.join(cols)} |")
-    print("| --- | ---: |" + " ---: |" * len(cols))
-    for name, body in kernels(sass).items():
+    print(f"| kernel | loop | {' | '.join(cols)} |" + (" base |" if base is not None else ""))
+    print("| --- | ---: |" + " ---: |" * len(cols) + (" ---: |" if base is not None else ""))
+    for name, body in mine.items():
         if not re.search(args.kernel, name):
             continue
         ops = [opcode(t) for t in stage_loop(body)]
         by_pipe = collections.Counter(pipe(o) for o in ops)
-        print(f"| {short_name(name)} | {len(ops)} | " + " | ".join(str(by_pipe[c]) for c in cols) + " |")
+        row = f"| {short_name(name)} | {len(ops)} | " + " | ".join(str(by_pipe[c]) for c in cols) + " |"
+        if base is not None:
+            other = base.get(name)
+            row += (" absent |" if other is None else " same |" if same_code(body, other)
+                    else f" {len(stage_loop(other))} |")
+        print(row)
         if args.mix:
             print("  " + " ".join(f"{o}:{n}" for o, n in collections.Counter(ops).most_common()))
     return 0

@@ -2,6 +2,7 @@
 NVIDIA's nvdisasm (tests/data/saxpy_loop_sm90a.sass, its source in the file's header), counted here by hand."""
 import collections
 import importlib.util
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,3 +67,20 @@ def test_pipe_names():
              "I2FP.F32.S32": "CONV", "I2F.S8": "CONV", "HMMA.16816.F32": "MMA", "IMMA.16832.U8.S8": "MMA",
              "LDS.128": "LDS", "LDGSTS.E.BYPASS.128": "other"}
     assert {op: tool.pipe(op) for op in cases} == cases
+
+
+def test_same_code_across_label_numbering():
+    """nvdisasm numbers labels over the whole cubin, so an unchanged kernel placed after a changed one comes back with
+    its labels shifted: that is the same code; one changed operand, or one label pointing elsewhere, is not."""
+    tool = load_tool()
+    sass = (ROOT / "tests" / "data" / "saxpy_loop_sm90a.sass").read_text()
+    body = tool.kernels(sass)["_Z10saxpy_loopPKfPfPKji"]
+    shift = lambda text: re.sub(r"\.L_x_(\d+)", lambda m: f".L_x_{int(m.group(1)) + 7}", text)  # noqa: E731
+    shifted = [(kind, shift(text)) for kind, text in body]
+    assert shifted != body and tool.same_code(body, shifted)
+    i = next(i for i, (kind, text) in enumerate(body) if kind == "I" and text.startswith("FFMA"))
+    operand = body[:i] + [("I", body[i][1].replace("R", "R1", 1))] + body[i + 1:]
+    assert not tool.same_code(body, operand)
+    j = next(i for i, (kind, text) in enumerate(body) if "BRA `(.L_x_3)" in text)
+    target = body[:j] + [("I", body[j][1].replace(".L_x_3", ".L_x_2"))] + body[j + 1:]
+    assert not tool.same_code(body, target)
