@@ -18,8 +18,8 @@ PROMPTS = [
 
 def open_llama(path, **kwargs):
     """llama_cpp.Llama on path with llama.cpp's plain CPU kernels: no extra buffer types (its AMX and repacked
-    weights). A build made with GGML_NATIVE on an AMX machine routes the matmuls to the AMX backend, which crashed
-    in decode on this project's Sapphire Rapids CI host (session 95; ggml-org/llama.cpp#20824, closed unfixed).
+    weights). A build made with GGML_NATIVE on an AMX machine routes the matmuls to the AMX backend, which
+    segfaulted in decode on a Sapphire Rapids host (session 95; ggml-org/llama.cpp#20824, closed unfixed).
     Llama() has no argument for it, so its model parameters' defaults are wrapped while it loads."""
     llama_cpp = pytest.importorskip("llama_cpp")
     low = llama_cpp.llama_cpp
