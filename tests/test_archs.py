@@ -104,6 +104,18 @@ def test_agrees_with_llamacpp(tiny):
     assert agree >= 0.9
 
 
+def test_llamacpp_reference_loads_without_extra_buffers(tmp_path):
+    """The reference loads with llama.cpp's plain CPU kernels (llamacpp_ref.open_llama), and the loader's defaults
+    come back after it: should llama-cpp-python rename the field, this fails instead of the AMX crash returning."""
+    pytest.importorskip("llama_cpp")
+    import llama_cpp
+
+    before = llama_cpp.llama_cpp.llama_model_default_params
+    ref = LlamaCppModel(write_tiny(tmp_path / "tiny.gguf", "llama", "Q8_0"))
+    assert ref.llm.model_params.use_extra_bufts is False
+    assert llama_cpp.llama_cpp.llama_model_default_params is before
+
+
 def test_llama3_rope_factors_follow_llamacpp(tmp_path):
     """A `rope_freqs` tensor (how llama.cpp stores Llama 3.1's rope scaling) rotates like llama.cpp,
     survives save_pretrained and comes back out of save_gguf."""
