@@ -754,7 +754,7 @@ template <int T, bool RAG = false, bool BR = false> struct FlatLane {
   GQ_HD FlatLane(int s, int g, int c, int n, uint32_t rcp) {
     if constexpr (RAG) {
       hi = (c >> 1) != (g >> 2);
-      const int f = 8 * s + (hi ? g ^ 4 : g), p = (int)(((uint32_t)f * rcp) >> 16);
+      const int f = 8 * s + (hi ? g ^ 4 : g), p = slot_div(f, rcp);
       k = f - p * n;
       item = (2 * p + hi) * n + k;
       elem = 2 * hi + (g & 1);
@@ -770,7 +770,7 @@ template <int T, bool RAG = false, bool BR = false> struct FlatLane {
   static GQ_HD int col(int s, int g, int n, uint32_t rcp) {  // RAG: rcp = slot_rcp(n)
     if constexpr (RAG) {
       const int f = 8 * s + g;
-      return f - (int)(((uint32_t)f * rcp) >> 16) * n;
+      return f - slot_div(f, rcp) * n;
     } else {
       return (g & 3) % n;
     }
@@ -785,9 +785,11 @@ template <int T, bool RAG = false, bool BR = false> struct FlatLane {
   // 120 (flat_rag_fits), so f x (rcp x n - 2^16) < 2^16 (v143: the copy takes 9 slots a lane a stage, not 1, and a
   // generic division is ~20 instructions)
   static GQ_HD uint32_t slot_rcp(int n) { return (65536u + (uint32_t)n - 1) / (uint32_t)n; }
+  // f / n by rcp = slot_rcp(n), for the f above
+  static GQ_HD int slot_div(int f, uint32_t rcp) { return (int)(((uint32_t)f * rcp) >> 16); }
   // RAG: the unit row and item of A row a (< 16) of stage s; rcp = slot_rcp(n)
   static GQ_HD void slot(int s, int a, int n, uint32_t rcp, int& row, int& item) {
-    const int f = 8 * s + (a < 8 ? a : (a - 8) ^ 4), p = (int)(((uint32_t)f * rcp) >> 16);
+    const int f = 8 * s + (a < 8 ? a : (a - 8) ^ 4), p = slot_div(f, rcp);
     row = 2 * p + (a >= 8);
     item = f - p * n;
   }
