@@ -1,23 +1,12 @@
 """benchmarks/bench_matmul.py's plan for `--shapes`: a K that a type's blocks (gguf's GGML_QUANT_SIZES) do not divide
 is refused by name before anything is timed, not left to fail inside a device call's A/B."""
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from script_module import ROOT, load_script
 
 
 def load_bench():
-    sys.path.insert(0, str(BENCH))  # its sibling random_blocks
-    try:
-        spec = importlib.util.spec_from_file_location("bench_matmul", BENCH / "bench_matmul.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_script(ROOT / "benchmarks" / "bench_matmul.py")
 
 
 def test_shapes_plan_and_refusal():

@@ -1,19 +1,14 @@
 """benchmarks/count_targets.py against the count made by hand for session 56's table of record
 (benchmarks/results/matmul_h200.md: "76 of the 98 target rows met", M = 1's floor 80% of ANCHORS.md's 4.3 TB/s)."""
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from script_module import ROOT, load_script
+
 TABLE = ROOT / "benchmarks" / "results" / "matmul_h200.md"
 
 
 def load_tool():
-    spec = importlib.util.spec_from_file_location("count_targets", ROOT / "benchmarks" / "count_targets.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "benchmarks" / "count_targets.py")
 
 
 def test_session56_table_by_hand(capsys):

@@ -12,7 +12,9 @@ from packaging.version import Version
 
 from gguf_quant import build_kernels as bk
 from gguf_quant import kernel_loader as kl
+
 from random_blocks import random_blocks
+from script_module import load_script
 
 CUDA = torch.device("cuda")  # kernel_op only looks at device.type; nothing runs on it
 Q8_0, Q4_K, IQ2_XXS = 8, 12, 16
@@ -395,12 +397,8 @@ def test_iq4_bf16_pairs_are_gguf_pys_kvalues(host_decoders):
 
 def test_iq_grid_header_is_gguf_pys_tables():
     """csrc/iq_grids.h is what tools/gen_iq_grids.py writes from the installed gguf-py."""
-    import importlib.util
-
     src = bk.default_source_dir()
-    spec = importlib.util.spec_from_file_location("gen_iq_grids", src / "tools" / "gen_iq_grids.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
+    gen = load_script(src / "tools" / "gen_iq_grids.py")
     assert (src / "csrc" / "iq_grids.h").read_text() == gen.header()
 
 
@@ -408,13 +406,9 @@ def test_fast_path_data_layout_on_the_host():
     """The fast small-M path's prep records, chunk decoders and epilogue, and the stream kernel's
     mapping for M = 1..8 and MoE flat items, run on the host with a software model of the mma fragments against
     gguf-py's dequantizer (kernels-src/gguf_kernels/tests/fast_host_check.py)."""
-    import importlib.util
     import shutil
 
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not on PATH")
-    path = bk.default_source_dir() / "tests" / "fast_host_check.py"
-    spec = importlib.util.spec_from_file_location("fast_host_check", path)
-    check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check)
+    check = load_script(bk.default_source_dir() / "tests" / "fast_host_check.py")
     assert check.main() == 0

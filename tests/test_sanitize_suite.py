@@ -1,14 +1,10 @@
 """benchmarks/sanitize_suite.py's verdict on a shard's log (CPU): the counts it reports come from
 pytest's and compute-sanitizer's own output, so a log it misreads would call a failing shard clean."""
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-spec = importlib.util.spec_from_file_location(
-    "sanitize_suite", Path(__file__).resolve().parents[1] / "benchmarks" / "sanitize_suite.py")
-sanitize_suite = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(sanitize_suite)
+from script_module import ROOT, load_script
+
+sanitize_suite = load_script(ROOT / "benchmarks" / "sanitize_suite.py")
 
 # A shard's whole log as compute-sanitizer 2025.3.1 and pytest wrote it on the H200 (session 28),
 # a test's print splitting pytest's progress line

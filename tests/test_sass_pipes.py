@@ -1,18 +1,13 @@
 """benchmarks/sass_pipes.py's reading of nvdisasm's output (NOTES.md session 63), on a kernel disassembled by
 NVIDIA's nvdisasm (tests/data/saxpy_loop_sm90a.sass, its source in the file's header), counted here by hand."""
 import collections
-import importlib.util
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from script_module import ROOT, load_script
 
 
 def load_tool():
-    spec = importlib.util.spec_from_file_location("sass_pipes", ROOT / "benchmarks" / "sass_pipes.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "benchmarks" / "sass_pipes.py")
 
 
 def test_stage_loop_by_pipe():
