@@ -193,7 +193,13 @@ size_t smem_bytes(int W, int S, int M, int U) {
 // _S (stages).
 inline int knob_u() { static const int v = env_knob("GGUF_KERNELS_FAST_U"); return v; }
 inline int knob_w() { static const int v = env_knob("GGUF_KERNELS_FAST_W"); return v; }
-inline int knob_s() { static const int v = env_knob("GGUF_KERNELS_FAST_S"); return v; }
+// _S below 2 is ignored: the stage loops issue the next stage's copy into buffer (cur - 1) mod S before reading
+// buffer cur, so one buffer would be overwritten while read, and a one-stage unit read before its copy lands (session
+// 97: S = 1 timed "faster" on every MoE row on wrong numbers)
+inline int knob_s() {
+  static const int v = env_knob("GGUF_KERNELS_FAST_S");
+  return v >= 2 ? v : 0;
+}
 
 // Pick warps per CTA (split of K) and stages: prefer configurations where every CTA is resident at
 // once (one wave), and among those the most weight bytes in flight per SM, discounted below 16 warps
