@@ -10,7 +10,9 @@ each call's first CTAs overlap the previous call's last ones, as consecutive pro
 after q, up after gate) do in a decode step; `benchmarks/gemv_probe.cu layer` times a whole layer's
 sequence with the kernels that write x in between. GB/s counts packed weight bytes once per call (MoE: the
 experts its routing hits, each once; tables before session 79 counted min(E, T * top_k) experts); TFLOP/s counts
-2*M*N*K.
+2*M*N*K. Each row's kernel also runs once on its first weight copy against the fp32 product of the dequantized
+weights; a row past the kernel tests' bf16 tolerance is printed as WRONG RESULT (and added to --out), and the script
+exits 1.
 llama.cpp's figures come from `--llama` (a JSON written by benchmarks/llama_mm_bench, its column
 labelled `--llama-label`, "same run" from device_run.sh, else the file's name) when given, otherwise
 from ANCHORS.md (another day: compare ratios with care).
@@ -144,11 +146,32 @@ def copy_bandwidth() -> float:
     return 2 * 2e9 / us / 1e3
 
 
+# The bf16 tolerance of the kernel tests (tests/test_kernels.py TOL): each row's kernel is also run once eagerly on its
+# first weight copy and compared with the fp32 reference, since a timing says nothing of the numbers (session 97: the
+# stage knob GGUF_KERNELS_FAST_S=1 timed 1-16% "faster" on every MoE row while its one buffer was overwritten as read)
+CHECK_TOL = 1e-2
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in fp32; inf where out holds a non-finite value."""
+    out = out.float()
+    if not torch.isfinite(out).all():
+        return math.inf
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def dequantized(name: str, packed: torch.Tensor) -> torch.Tensor:
+    """fp32 weights [..., K] of packed rows, by the project's pure-torch dequantizer (tested against gguf-py)."""
+    from gguf_quant.ggml import dequantize
+    return dequantize(packed.reshape(-1, packed.shape[-1]), qid(name), torch.float32).reshape(*packed.shape[:-1], -1)
+
+
 def bench_dense(kmod, name: str, K: int, N: int, ms: list[int], bf16_ref: bool = False) -> list[dict]:
     rows = []
     nbytes = weight_bytes(name, K, N)
     C = copies_for(nbytes)
     ws = [random_weights(name, (N,), K) for _ in range(C)]
+    w0 = dequantized(name, ws[0]) if name != "BF16" else None
     for M in ms:
         x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
         c = C if M <= 64 else min(C, 4)
@@ -158,11 +181,25 @@ def bench_dense(kmod, name: str, K: int, N: int, ms: list[int], bf16_ref: bool =
             q = qid(name)
             calls = [lambda w=w: kmod.matmul(x, w, q) for w in ws[:c]]
         us = time_calls(calls)
+        err = rel_err(kmod.matmul(x, ws[0], q), x.float() @ w0.T) if w0 is not None else 0.0
         rows.append(dict(kind="dense", type=name, K=K, N=N, M=M, us=us, gbs=nbytes / us / 1e3,
-                         tflops=2 * M * N * K / us / 1e6))
-    del ws
+                         tflops=2 * M * N * K / us / 1e6, err=err))
+    del ws, w0
     torch.cuda.empty_cache()
     return rows
+
+
+def moe_reference(x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """fp32 [T, top_k, N]: each (token, slot) pair's x row (x [T, K]: the token's; [T, top_k, K]: the pair's) times
+    its expert's weights w [E, N, K], an expert at a time."""
+    T, k = ids.shape
+    rows = (x.unsqueeze(1).expand(T, k, x.shape[-1]) if x.dim() == 2 else x).reshape(T * k, -1).float()
+    flat = ids.reshape(-1)
+    out = torch.empty(T * k, w.shape[1], device=x.device)
+    for e in flat.unique().tolist():
+        sel = flat == e
+        out[sel] = rows[sel] @ w[e].T
+    return out.reshape(T, k, -1)
 
 
 def bench_moe(kmod, name: str, label: str, K: int, N: int, E: int, top_k: int, ts: list[int],
@@ -171,6 +208,7 @@ def bench_moe(kmod, name: str, label: str, K: int, N: int, E: int, top_k: int, t
     nbytes = weight_bytes(name, K, N) * E
     C = copies_for(nbytes, cap=64)
     ws = [random_weights(name, (E, N), K) for _ in range(C)]
+    w0 = dequantized(name, ws[0])
     q = qid(name)
     for T in ts:
         x = torch.randn((T, top_k, K) if x_rows == "pair" else (T, K), device=DEV, dtype=torch.bfloat16)
@@ -180,11 +218,13 @@ def bench_moe(kmod, name: str, label: str, K: int, N: int, E: int, top_k: int, t
         ids = torch.rand(T, E, device=DEV, generator=g).argsort(dim=1)[:, :top_k].contiguous()
         c = C if T <= 64 else min(C, 4)
         us = time_calls([lambda w=w: kmod.moe_matmul(x, w, ids, q) for w in ws[:c]])
+        err = rel_err(kmod.moe_matmul(x, ws[0], ids, q), moe_reference(x, w0, ids))
         hit = int(ids.unique().numel())  # the experts read (random routing hits ~52 of 128 at Qwen3's T = 8, not 64)
         rows.append(dict(kind="moe", type=name, K=K, N=N, M=T, us=us,
                          gbs=weight_bytes(name, K, N) * hit / us / 1e3,
-                         tflops=2 * T * top_k * N * K / us / 1e6, label=f"{label} x{E} top-{top_k}, x row a {x_rows}"))
-    del ws
+                         tflops=2 * T * top_k * N * K / us / 1e6, label=f"{label} x{E} top-{top_k}, x row a {x_rows}",
+                         err=err))
+    del ws, w0
     torch.cuda.empty_cache()
     return rows
 
@@ -314,7 +354,7 @@ def main(argv=None) -> int:
         with open(args.load_rows) as f:
             saved = json.load(f)
         report(saved["header"], saved["rows"], llama, llama_src, args.out, args.us_digits)
-        return 0
+        return 1 if wrong_rows(saved["rows"], args.out) else 0
 
     props = torch.cuda.get_device_properties(0)
     header = (f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}, "
@@ -332,7 +372,21 @@ def main(argv=None) -> int:
         with open(args.save_rows, "w") as f:
             json.dump({"header": header, "rows": rows}, f)
     report(header, rows, llama, llama_src, args.out, args.us_digits)
-    return 0
+    return 1 if wrong_rows(rows, args.out) else 0
+
+
+def wrong_rows(rows: list, out: str | None) -> list:
+    """The rows whose eager output missed the reference by more than CHECK_TOL, printed (and added to `out`): their
+    times are of wrong numbers."""
+    bad = [r for r in rows if r.get("err", 0.0) > CHECK_TOL]
+    if bad:
+        lines = [f"WRONG RESULT: {r['kind']} {r['type']} {r['K']} -> {r['N']} M = {r['M']}: rel err {r['err']:.2e}"
+                 f" > {CHECK_TOL}" for r in bad]
+        print("\n".join(lines))
+        if out:
+            with open(out, "a") as f:
+                f.write("\n" + "\n".join(lines) + "\n")
+    return bad
 
 
 def report(header: str, rows: list, llama, llama_src: str, out: str | None, us_digits: int = 1) -> None:
