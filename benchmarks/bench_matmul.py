@@ -32,6 +32,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from random_blocks import SCALE_FIELDS  # noqa: E402
+from moe_reference import moe_reference  # noqa: E402
 
 DEV = torch.device("cuda")
 DENSE_SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096), (4096, 1024), (4096, 128256)]
@@ -187,19 +188,6 @@ def bench_dense(kmod, name: str, K: int, N: int, ms: list[int], bf16_ref: bool =
     del ws, w0
     torch.cuda.empty_cache()
     return rows
-
-
-def moe_reference(x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """fp32 [T, top_k, N]: each (token, slot) pair's x row (x [T, K]: the token's; [T, top_k, K]: the pair's) times
-    its expert's weights w [E, N, K], an expert at a time."""
-    T, k = ids.shape
-    rows = (x.unsqueeze(1).expand(T, k, x.shape[-1]) if x.dim() == 2 else x).reshape(T * k, -1).float()
-    flat = ids.reshape(-1)
-    out = torch.empty(T * k, w.shape[1], device=x.device)
-    for e in flat.unique().tolist():
-        sel = flat == e
-        out[sel] = rows[sel] @ w[e].T
-    return out.reshape(T, k, -1)
 
 
 def bench_moe(kmod, name: str, label: str, K: int, N: int, E: int, top_k: int, ts: list[int],

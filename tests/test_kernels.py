@@ -19,6 +19,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from gguf_quant import kernel_loader
 from kernel_build import kernel_module_or_skip
+from moe_reference import moe_reference
 from random_blocks import random_blocks
 
 KMOD = kernel_module_or_skip()
@@ -778,22 +779,12 @@ def test_matmul_unaligned_inputs(rng):
 
 # --- moe_matmul -------------------------------------------------------------------------------
 
-def moe_ref(x, w, ids):
-    T, k = ids.shape
-    rows = x.unsqueeze(1).expand(T, k, x.shape[-1]) if x.dim() == 2 else x
-    out = torch.empty(T, k, w.shape[1], dtype=torch.float64, device=x.device)
-    for t in range(T):
-        for s in range(k):
-            out[t, s] = rows[t, s].double() @ w[ids[t, s]].T
-    return out
-
-
 def check_moe_with_unroutable(x, packed, w, ids, name, tol):
-    """moe_matmul against moe_ref: rows of ids outside [0, E) are zeros, the others within tol."""
+    """moe_matmul against moe_reference: rows of ids outside [0, E) are zeros, the others within tol."""
     E = w.shape[0]
     bad = (ids < 0) | (ids >= E)
     out = KMOD.moe_matmul(x, packed, ids, qid(name))
-    ref = moe_ref(x, w, ids.clamp(0, E - 1))
+    ref = moe_reference(x, w, ids.clamp(0, E - 1))
     assert torch.all(out[bad] == 0)
     err = rel_err(out[~bad], ref[~bad])
     assert err <= tol, f"rel err {err:.2e}"
@@ -815,7 +806,7 @@ def test_moe_matmul(name, dtype, x3d, T, rng):
     x = torch.randn((T, top_k, K) if x3d else (T, K), device=DEV, dtype=dtype)
     out = KMOD.moe_matmul(x, packed, ids, qid(name))
     assert out.shape == (T, top_k, N) and out.dtype == dtype
-    err = rel_err(out, moe_ref(x, w, ids))
+    err = rel_err(out, moe_reference(x, w, ids))
     assert err <= TOL[dtype], f"rel err {err:.2e}"
 
 
@@ -1154,7 +1145,7 @@ def test_moe_matmul_skewed_routing(rng):
     ids = torch.tensor([[3, 11]] * T, device=DEV)
     x = torch.randn(T, K, device=DEV, dtype=torch.bfloat16)
     out = KMOD.moe_matmul(x, packed, ids, qid("Q4_K"))
-    assert rel_err(out, moe_ref(x, ref_dequant(packed, "Q4_K").double(), ids)) <= 1e-2
+    assert rel_err(out, moe_reference(x, ref_dequant(packed, "Q4_K").double(), ids)) <= 1e-2
 
 
 # --- several GPUs -------------------------------------------------------------------------------
