@@ -56,7 +56,7 @@ def test_reference_checks(name):
         assert [r["M"] for r in bad] == [T + 1], rows_out
 
 
-def test_saved_rows_keep_the_verdict(tmp_path, capsys):
+def test_saved_rows_keep_the_verdict(tmp_path):
     """A table rewritten from saved rows (device_run.sh adds llama.cpp's column that way) keeps a wrong row's line and
     exits 1; rows saved before the check (no `err`) pass."""
     import json
