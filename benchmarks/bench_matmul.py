@@ -167,22 +167,22 @@ def dequantized(name: str, packed: torch.Tensor) -> torch.Tensor:
     return dequantize(packed.reshape(-1, packed.shape[-1]), qid(name), torch.float32).reshape(*packed.shape[:-1], -1)
 
 
-def bench_dense(kmod, name: str, K: int, N: int, ms: list[int], bf16_ref: bool = False) -> list[dict]:
+def bench_dense(kmod, name: str, K: int, N: int, ms: list[int]) -> list[dict]:
     rows = []
     nbytes = weight_bytes(name, K, N)
     C = copies_for(nbytes)
     ws = [random_weights(name, (N,), K) for _ in range(C)]
-    w0 = dequantized(name, ws[0]) if name != "BF16" else None
+    # BF16: torch's own matmul, a row with no packed weights to check
+    q, w0 = (None, None) if name == "BF16" else (qid(name), dequantized(name, ws[0]))
     for M in ms:
         x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
         c = C if M <= 64 else min(C, 4)
-        if name == "BF16":
+        if q is None:
             calls = [lambda w=w: torch.matmul(x, w.T) for w in ws[:c]]
         else:
-            q = qid(name)
             calls = [lambda w=w: kmod.matmul(x, w, q) for w in ws[:c]]
         us = time_calls(calls)
-        err = rel_err(kmod.matmul(x, ws[0], q), x.float() @ w0.T) if w0 is not None else 0.0
+        err = 0.0 if q is None else rel_err(kmod.matmul(x, ws[0], q), x.float() @ w0.T)
         rows.append(dict(kind="dense", type=name, K=K, N=N, M=M, us=us, gbs=nbytes / us / 1e3,
                          tflops=2 * M * N * K / us / 1e6, err=err))
     del ws, w0
